@@ -1,0 +1,28 @@
+# make test / make demo create or refresh .venv themselves.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.bertfam-installed
+
+.PHONY: test demo venv bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# torch first and explicitly: the CPU wheel on disk, never the multi-GB CUDA build
+	$(PY) -m pip install -q --disable-pip-version-check "torch==2.13.0"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,serve,onnx]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+demo: $(STAMP)
+	$(VENV)/bin/bertfam demo
+
+bench: $(STAMP)
+	$(PY) benchmarks/encoder_throughput.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

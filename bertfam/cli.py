@@ -1,0 +1,55 @@
+"""`bertfam <command>`: parse arguments and call the library, nothing more.
+
+Each feature area registers its sub-commands from a module in `bertfam.commands` (one file per
+area, so areas evolve without touching each other). Errors that come from the user's input
+(BertfamError, missing files) print one line and exit with code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import sys
+
+from .errors import BertfamError
+
+# order = order in `bertfam --help`
+COMMAND_MODULES = ["core", "pretrain", "finetune", "mrc", "distill", "kbert", "serve", "export", "multimodal",
+                   "bench"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bertfam", description="BERT and its family on one encoder.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more detail")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        modname = f"bertfam.commands.{name}"
+        if importlib.util.find_spec(modname) is None:
+            continue
+        importlib.import_module(modname).register(sub)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="bertfam: %(levelname)s: %(message)s")
+    try:
+        rc = args.func(args)
+    except BertfamError as e:
+        print(f"bertfam: error: {e}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError) as e:
+        print(f"bertfam: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("bertfam: interrupted", file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

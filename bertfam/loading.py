@@ -1,0 +1,116 @@
+"""`from_pretrained`: bertfam directories and Hugging Face directories, same entry point."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Optional
+
+import torch
+
+from .config import HeadConfig, ModelConfig, read_json
+from .errors import CheckpointError, ConfigError, TokenizerError
+from .modeling.model import TaskModel
+
+log = logging.getLogger("bertfam")
+
+
+def is_native(d: dict) -> bool:
+    return "bertfam_config_version" in d
+
+
+def load_config(path: str) -> tuple[ModelConfig, bool]:
+    """(config, native?) of a checkpoint directory."""
+    if not os.path.isdir(path):
+        raise CheckpointError(f"{path}: model directory not found")
+    cpath = os.path.join(path, "config.json")
+    if not os.path.isfile(cpath):
+        raise CheckpointError(f"{path}: no config.json (is this a model directory?)")
+    d = read_json(cpath)
+    if is_native(d):
+        return ModelConfig.from_dict(d, source=cpath), True
+    from .convert.hf import config_from_hf
+
+    return config_from_hf(d, source=cpath), False
+
+
+def _with_task(cfg: ModelConfig, task: Optional[str], head_kwargs: dict) -> tuple[ModelConfig, bool]:
+    """Config with the requested head. Returns (config, head_is_new)."""
+    head = cfg.head
+    new = False
+    if task is not None and task != head.task:
+        keep = {"classifier_pooling": head.classifier_pooling} if task in ("classification", "regression") else {}
+        if task == "pretraining":
+            keep["pair_objective"] = "sop" if cfg.family == "albert" else ("nsp" if cfg.family != "roberta" else None)
+        head = HeadConfig(task=task, **keep)
+        new = True
+    if head_kwargs:
+        try:
+            head = dataclasses.replace(head, **head_kwargs)
+        except TypeError as e:
+            raise ConfigError(f"unknown head option: {e}") from None
+        if head.labels and head.num_labels != len(head.labels):
+            head.num_labels = len(head.labels)
+        new = new or any(k in head_kwargs for k in ("num_labels", "labels", "answerability", "pair_objective"))
+    return dataclasses.replace(cfg, head=head), new
+
+
+def from_pretrained(path: str, task: Optional[str] = None, *, load_tokenizer: bool = True,
+                    seed: int = 0, **head_kwargs) -> TaskModel:
+    """Load a bertfam or Hugging Face checkpoint directory.
+
+    task: None keeps the checkpoint's own head (if any); a different task ("classification",
+    "token", "span", "mlm", "pretraining", "regression") adds a freshly initialised head
+    (num_labels=..., labels=[...] in head_kwargs). The model is returned in eval mode.
+    """
+    cfg, native = load_config(path)
+    saved_task = cfg.head.task
+    cfg, head_new = _with_task(cfg, task, head_kwargs)
+    model = TaskModel(cfg).init_weights(seed)
+    from .convert.hf import read_weights, state_from_hf
+
+    sd, wpath = read_weights(path)
+    if not native:
+        sd, _ = state_from_hf(cfg, sd, wpath)
+    _load_state(model, sd, wpath, allow_missing_head=head_new or saved_task != cfg.head.task or not native)
+    if load_tokenizer:
+        model.tokenizer = _maybe_tokenizer(path, cfg)
+    return model.eval()
+
+
+def _load_state(model: TaskModel, sd: dict, source: str, allow_missing_head: bool) -> None:
+    own = model.state_dict()
+    for k, v in sd.items():
+        if k in own and tuple(own[k].shape) != tuple(v.shape):
+            if k == "backbone.embeddings.word.weight" and own[k].shape[1:] == v.shape[1:]:
+                raise CheckpointError(f"{source}: vocab size mismatch: config.json says vocab_size "
+                                      f"{own[k].shape[0]} but the weights hold {v.shape[0]} embeddings")
+            raise CheckpointError(f"{source}: weight {k} has shape {tuple(v.shape)} but config.json implies "
+                                  f"{tuple(own[k].shape)}")
+    missing = [k for k in own if k not in sd]
+    backbone_missing = [k for k in missing if k.startswith("backbone.") and not k.startswith("backbone.pooler.")]
+    if backbone_missing:
+        raise CheckpointError(f"{source}: missing weight {backbone_missing[0]} "
+                              f"({len(backbone_missing)} backbone weights missing)")
+    if missing:
+        if not allow_missing_head:
+            raise CheckpointError(f"{source}: missing head weight {missing[0]}")
+        log.info("%s: new %s head initialised randomly (%d tensors)", source, model.task, len(missing))
+    unexpected = [k for k in sd if k not in own]
+    if unexpected:
+        log.info("%s: %d weight(s) not used by the %s head, e.g. %s", source, len(unexpected), model.task,
+                 unexpected[0])
+    with torch.no_grad():
+        model.load_state_dict({k: v for k, v in sd.items() if k in own}, strict=False)
+
+
+def _maybe_tokenizer(path: str, cfg: ModelConfig):
+    if not any(os.path.isfile(os.path.join(path, f)) for f in ("tokenizer.json", "vocab.txt")):
+        return None
+    from .tokenization import Tokenizer
+
+    tok = Tokenizer.from_pretrained(path)
+    if tok.vocab_size > cfg.vocab_size:
+        raise TokenizerError(f"{path}: tokenizer has {tok.vocab_size} entries but the model's vocab_size is "
+                             f"{cfg.vocab_size}")
+    return tok

@@ -1,0 +1,5 @@
+"""The one bertfam encoder: embeddings -> (shared) transformer layers -> pooler, plus heads.
+
+This package never imports training, tasks, serving or the CLI.
+"""
+from .model import BertfamModel, ModelOutput, TaskModel, build_model  # noqa: F401

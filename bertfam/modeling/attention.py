@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ModelConfig
+
+
+def extended_mask(attention_mask: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """Turn a (B, T) padding mask or a (B, T, T) visibility matrix (1 = may attend) into an
+    additive float mask broadcastable to (B, heads, T, T). None stays None (attend everywhere)."""
+    if attention_mask is None:
+        return None
+    if attention_mask.dim() == 2:
+        m = attention_mask[:, None, None, :]  # (B, 1, 1, T): keys only
+    elif attention_mask.dim() == 3:
+        m = attention_mask[:, None, :, :]  # (B, 1, T, T): query x key visibility (K-BERT)
+    else:
+        raise ValueError(f"attention_mask must be (B, T) or (B, T, T), got shape {tuple(attention_mask.shape)}")
+    m = m.to(torch.bool) if m.dtype != torch.bool else m
+    # a large negative number rather than -inf so that a fully masked row cannot produce NaN
+    return torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, torch.finfo(dtype).min)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with one fused QKV projection and PyTorch SDPA."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        H = cfg.hidden_size
+        self.heads = cfg.num_attention_heads
+        self.head_dim = cfg.head_dim
+        self.qkv = nn.Linear(H, 3 * H)  # rows: [query; key; value]
+        self.out = nn.Linear(H, H)
+        self.p_drop = cfg.attention_probs_dropout_prob
+
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor],
+                need_scores: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        B, T, H = x.shape
+        qkv = self.qkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]  # each (B, heads, T, d)
+        scores = None
+        if need_scores:
+            # TinyBERT distils the raw (pre-softmax, masked) scores, so compute them explicitly
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)  # (B, h, T, T)
+            if mask is not None:
+                scores = scores + mask
+            probs = F.dropout(torch.softmax(scores, dim=-1), self.p_drop, self.training)
+            ctx = torch.matmul(probs, v)
+        else:
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                 dropout_p=self.p_drop if self.training else 0.0)
+        ctx = ctx.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
+        return self.out(ctx), scores

@@ -1,0 +1,1 @@
+from .tokenizer import Tokenizer, train_vocab  # noqa: F401

