@@ -1,0 +1,344 @@
+"""The shared trainer: AdamW + linear warm-up/decay, accumulation, clipping, autocast, atomic
+checkpoints with exact resume, evaluation with best-model keeping and early stopping, DDP under
+torchrun, tqdm progress and JSON-lines metrics."""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import CheckpointError, ConfigError
+from . import distributed as D
+from .optim import linear_schedule, param_groups
+from .sampling import BatchPlan
+
+log = logging.getLogger("bertfam")
+STATE_FILE = "trainer_state.pt"
+
+
+@dataclass
+class TrainConfig:
+    out_dir: str = "runs/default"
+    epochs: float = 1
+    max_steps: Optional[int] = None  # optimizer steps; overrides epochs when set
+    batch_size: int = 32  # per process, per micro-step
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    warmup_steps: Optional[int] = None
+    grad_accum: int = 1
+    max_grad_norm: Optional[float] = 1.0
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (auto: bf16 on a GPU that has it, else fp32)
+    seed: int = 42
+    save_every: int = 0  # optimizer steps between checkpoints (0: only at the end)
+    keep_last: int = 2
+    log_every: int = 10
+    eval_every: int = 0  # optimizer steps between evaluations (0: end of each epoch only)
+    layerwise_lr_decay: Optional[float] = None
+    metric_for_best: Optional[str] = None
+    greater_is_better: bool = True
+    early_stopping_patience: Optional[int] = None  # evaluations without improvement
+    group_by_length: bool = False
+    shuffle: bool = True
+    progress: bool = True
+    save_final: bool = True
+
+    def validate(self) -> None:
+        if self.batch_size < 1 or self.grad_accum < 1:
+            raise ConfigError("batch_size and grad_accum must be >= 1")
+        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise ConfigError(f"precision {self.precision!r} not in auto/fp32/bf16/fp16")
+        if self.max_steps is None and not self.epochs > 0:
+            raise ConfigError("give epochs > 0 or max_steps")
+
+
+def _rng_state() -> dict:
+    s = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        s["cuda"] = torch.cuda.get_rng_state_all()
+    return s
+
+
+def _set_rng_state(s: dict) -> None:
+    torch.set_rng_state(s["torch"])
+    np.random.set_state(s["numpy"])
+    random.setstate(s["python"])
+    if "cuda" in s and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2 ** 32))
+    torch.manual_seed(seed)
+
+
+def count_tokens(batch: dict) -> int:
+    am = batch.get("attention_mask")
+    if am is not None and am.dim() == 2:
+        return int(am.sum())
+    ids = batch.get("input_ids")
+    return int(ids.numel()) if ids is not None else 0
+
+
+class Trainer:
+    def __init__(self, model, cfg: TrainConfig, train_dataset: Sequence, collate_fn: Callable,
+                 eval_fn: Optional[Callable] = None, lengths: Optional[Sequence[int]] = None,
+                 step_metrics_fn: Optional[Callable] = None, tokenizer=None):
+        cfg.validate()
+        if len(train_dataset) == 0:
+            from ..errors import DataError
+
+            raise DataError("training set is empty")
+        self.model, self.cfg, self.data, self.collate = model, cfg, train_dataset, collate_fn
+        self.eval_fn, self.step_metrics_fn = eval_fn, step_metrics_fn
+        self.lengths = lengths
+        self.tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+        self.rank, self.world = D.init_if_needed()
+        self.is_main = self.rank == 0
+        self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
+        self.state = {"step": 0, "epoch": 0, "batch": 0, "best": None, "bad_evals": 0, "tokens": 0}
+        self.history: list[dict] = []
+        self._last_eval_step = -1
+
+    # ------------------------------------------------------------------ set-up
+    def _precision(self) -> Optional[torch.dtype]:
+        p = self.cfg.precision
+        if p == "auto":
+            p = "bf16" if self.device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+        return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[p]
+
+    def _setup(self):
+        cfg = self.cfg
+        seed_everything(cfg.seed)
+        self.model.to(self.device)
+        self.plan = BatchPlan(len(self.data), cfg.batch_size, cfg.seed, cfg.shuffle,
+                              self.lengths if cfg.group_by_length else None, self.rank, self.world)
+        per_epoch = max(1, math.ceil(len(self.plan) / cfg.grad_accum))
+        self.total_steps = cfg.max_steps or max(1, int(round(cfg.epochs * per_epoch)))
+        self.n_epochs = math.ceil(self.total_steps / per_epoch)
+        warm = cfg.warmup_steps if cfg.warmup_steps is not None else int(cfg.warmup_ratio * self.total_steps)
+        self.optim = torch.optim.AdamW(param_groups(self.model, cfg.lr, cfg.weight_decay, cfg.layerwise_lr_decay),
+                                       lr=cfg.lr, betas=(0.9, 0.999), eps=1e-6 if cfg.lr > 1e-3 else 1e-8)
+        self.sched = linear_schedule(self.optim, warm, self.total_steps)
+        self.amp_dtype = self._precision()
+        self.scaler = torch.amp.GradScaler(enabled=self.amp_dtype == torch.float16)
+        self.wrapped = self.model
+        if self.world > 1:
+            self.wrapped = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                find_unused_parameters=True)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _ckpt_root(self) -> str:
+        return os.path.join(self.cfg.out_dir, "checkpoints")
+
+    def save_checkpoint(self) -> Optional[str]:
+        if not self.is_main:
+            return None
+        root = self._ckpt_root()
+        final = os.path.join(root, f"step-{self.state['step']}")
+        tmp = os.path.join(root, f".step-{self.state['step']}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp, tokenizer=self.tokenizer)
+        torch.save({"trainer": dict(self.state), "optimizer": self.optim.state_dict(),
+                    "scheduler": self.sched.state_dict(), "scaler": self.scaler.state_dict(),
+                    "rng": _rng_state(), "train_config": asdict(self.cfg)}, os.path.join(tmp, STATE_FILE))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)  # the checkpoint appears complete or not at all
+        kept = sorted(list_checkpoints(root), key=lambda p: int(p.rsplit("-", 1)[1]))
+        for old in kept[:-self.cfg.keep_last] if self.cfg.keep_last > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def _resume(self, path: str) -> None:
+        ckpt = latest_checkpoint(path)
+        sf = os.path.join(ckpt, STATE_FILE)
+        try:
+            st = torch.load(sf, map_location="cpu", weights_only=False)
+        except Exception as e:
+            raise CheckpointError(f"{sf}: cannot read trainer state ({str(e).splitlines()[0]})") from None
+        from ..convert.hf import read_weights
+
+        sd, _ = read_weights(ckpt)
+        self.model.load_state_dict(sd, strict=False)
+        self.model.to(self.device)
+        self.optim.load_state_dict(st["optimizer"])
+        self.sched.load_state_dict(st["scheduler"])
+        self.scaler.load_state_dict(st["scaler"])
+        self.state.update(st["trainer"])
+        _set_rng_state(st["rng"])
+        log.info("resumed from %s at step %d (epoch %d, batch %d)", ckpt, self.state["step"], self.state["epoch"],
+                 self.state["batch"])
+
+    # ------------------------------------------------------------------ logging
+    def _log(self, rec: dict) -> None:
+        self.history.append(rec)
+        if not self.is_main:
+            return
+        os.makedirs(self.cfg.out_dir, exist_ok=True)
+        with open(os.path.join(self.cfg.out_dir, "metrics.jsonl"), "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> dict:
+        if self.eval_fn is None:
+            return {}
+        was_training = self.model.training
+        self.model.eval()
+        with torch.no_grad():
+            metrics = dict(self.eval_fn(self.model))
+        self.model.train(was_training)
+        self._last_eval_step = self.state["step"]
+        rec = {"step": self.state["step"], "epoch": self.state["epoch"], **{f"eval_{k}": v for k, v in metrics.items()}}
+        self._log(rec)
+        key = self.cfg.metric_for_best
+        if key is not None:
+            if key not in metrics:
+                raise ConfigError(f"metric_for_best {key!r} not among eval metrics {sorted(metrics)}")
+            v, best = metrics[key], self.state["best"]
+            better = best is None or (v > best if self.cfg.greater_is_better else v < best)
+            if better:
+                self.state["best"], self.state["bad_evals"] = v, 0
+                if self.is_main:
+                    self.model.save_pretrained(os.path.join(self.cfg.out_dir, "best"), tokenizer=self.tokenizer)
+            else:
+                self.state["bad_evals"] += 1
+        return metrics
+
+    def _should_stop_early(self) -> bool:
+        p = self.cfg.early_stopping_patience
+        return p is not None and self.state["bad_evals"] >= p
+
+    # ------------------------------------------------------------------ loop
+    def _autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def _to_device(self, batch: dict) -> dict:
+        return {k: v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+    def train(self, resume_from: Optional[str] = None) -> dict:
+        self._setup()
+        if resume_from:
+            self._resume(resume_from)
+        cfg = self.cfg
+        self.model.train()
+        bar = None
+        if cfg.progress and self.is_main:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=self.total_steps, initial=self.state["step"], desc="train", dynamic_ncols=True)
+        window: dict[str, list] = {}
+        t0, tok0, stop = time.perf_counter(), self.state["tokens"], False
+        while self.state["epoch"] < self.n_epochs and not stop:
+            batches = self.plan.batches(self.state["epoch"])
+            while self.state["batch"] < len(batches):
+                micro = self._micro_batches(batches)
+                loss, n_tok, extra = self._optimizer_step(micro)
+                self.state["tokens"] += n_tok
+                for k, v in {"loss": loss, **extra}.items():
+                    window.setdefault(k, []).append(v)
+                step = self.state["step"]
+                if step % cfg.log_every == 0 or step == self.total_steps:
+                    dt = time.perf_counter() - t0
+                    tps = (self.state["tokens"] - tok0) * self.world / max(dt, 1e-9)
+                    rec = {"step": step, "epoch": self.state["epoch"], "lr": self.sched.get_last_lr()[0],
+                           "tokens_per_s": round(tps, 1), **{k: float(np.mean(v)) for k, v in window.items()}}
+                    self._log(rec)
+                    if bar is not None:
+                        bar.set_postfix(loss=f"{rec['loss']:.4f}", lr=f"{rec['lr']:.2e}", tok_s=f"{tps:.0f}")
+                    window = {}
+                if bar is not None:
+                    bar.update(1)
+                if cfg.eval_every and step % cfg.eval_every == 0:
+                    self.evaluate()
+                    stop = self._should_stop_early()
+                if cfg.save_every and step % cfg.save_every == 0:
+                    self.save_checkpoint()
+                if step >= self.total_steps or stop:
+                    stop = True
+                    break
+            else:  # epoch finished
+                self.state["epoch"] += 1
+                self.state["batch"] = 0
+                if not cfg.eval_every:
+                    self.evaluate()
+                    stop = stop or self._should_stop_early()
+        if bar is not None:
+            bar.close()
+        if self.eval_fn is not None and self._last_eval_step != self.state["step"]:
+            self.evaluate()  # the run ended between evaluations (max_steps / early end)
+        if cfg.save_final:
+            self.save_checkpoint()
+            if self.is_main:
+                self.model.save_pretrained(cfg.out_dir, tokenizer=self.tokenizer)
+        D.barrier()
+        elapsed = time.perf_counter() - t0
+        return {"steps": self.state["step"], "epochs": self.state["epoch"], "best": self.state["best"],
+                "elapsed_s": elapsed, "tokens_per_s": (self.state["tokens"] - tok0) * self.world / max(elapsed, 1e-9),
+                "history": self.history}
+
+    def _micro_batches(self, batches: list) -> list:
+        """The next grad_accum batches of this epoch (fewer at the epoch's end); advances the data position."""
+        b = self.state["batch"]
+        micro = batches[b:b + self.cfg.grad_accum]
+        self.state["batch"] = b + len(micro)
+        return micro
+
+    def _optimizer_step(self, micro: list) -> tuple[float, int, dict]:
+        total_loss, n_tok, extras = 0.0, 0, {}
+        for i, idx in enumerate(micro):
+            batch = self._to_device(self.collate([self.data[j] for j in idx]))
+            n_tok += count_tokens(batch)
+            sync = i == len(micro) - 1 or self.world == 1
+            ctx = contextlib.nullcontext() if sync else self.wrapped.no_sync()
+            with ctx:
+                with self._autocast():
+                    out = self.wrapped(**batch)
+                if out.loss is None:
+                    raise ConfigError("the model returned no loss: the collate function must provide labels")
+                self.scaler.scale(out.loss / len(micro)).backward()
+            total_loss += float(out.loss.detach()) / len(micro)
+            if self.step_metrics_fn is not None:
+                with torch.no_grad():
+                    for k, v in self.step_metrics_fn(out, batch).items():
+                        extras[k] = extras.get(k, 0.0) + float(v) / len(micro)
+        if self.cfg.max_grad_norm:
+            self.scaler.unscale_(self.optim)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        self.scaler.step(self.optim)
+        self.scaler.update()
+        self.sched.step()
+        self.optim.zero_grad(set_to_none=True)
+        self.state["step"] += 1
+        return total_loss, n_tok, extras
+
+
+def list_checkpoints(root: str) -> list[str]:
+    if not os.path.isdir(root):
+        return []
+    return [os.path.join(root, d) for d in os.listdir(root)
+            if d.startswith("step-") and d[5:].isdigit() and os.path.isfile(os.path.join(root, d, STATE_FILE))]
+
+
+def latest_checkpoint(path: str) -> str:
+    """`path` itself if it is a checkpoint, else the newest under path/checkpoints or path."""
+    if os.path.isfile(os.path.join(path, STATE_FILE)):
+        return path
+    for root in (os.path.join(path, "checkpoints"), path):
+        found = list_checkpoints(root)
+        if found:
+            return max(found, key=lambda p: int(p.rsplit("-", 1)[1]))
+    raise CheckpointError(f"{path}: no checkpoint to resume from (expected checkpoints/step-N/{STATE_FILE})")

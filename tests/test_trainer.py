@@ -1,0 +1,142 @@
+"""The shared trainer: learning, exact resume, accumulation, length grouping, best-model keeping."""
+import json
+import os
+
+import pytest
+import torch
+
+import bertfam
+from bertfam import HeadConfig
+from bertfam.training import BatchPlan, TrainConfig, Trainer, param_groups
+from bertfam.training.trainer import latest_checkpoint
+
+
+def _data(n=48, T=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        L = int(torch.randint(4, T + 1, (1,), generator=g))
+        label = i % 2
+        # learnable signal: label-dependent token at position 1
+        ids = torch.randint(10, 100, (L,), generator=g)
+        ids[1] = 5 + label
+        out.append({"ids": ids, "label": label})
+    return out
+
+
+def _collate(items):
+    T = max(len(x["ids"]) for x in items)
+    ids = torch.zeros(len(items), T, dtype=torch.long)
+    am = torch.zeros(len(items), T, dtype=torch.long)
+    for i, x in enumerate(items):
+        ids[i, :len(x["ids"])] = x["ids"]
+        am[i, :len(x["ids"])] = 1
+    return {"input_ids": ids, "attention_mask": am, "labels": torch.tensor([x["label"] for x in items])}
+
+
+def _model(tiny_cfg):
+    return bertfam.build_model(tiny_cfg.replace(head=HeadConfig(task="classification", num_labels=2)), seed=1)
+
+
+def _acc(data):
+    def f(model):
+        b = _collate(data)
+        return {"accuracy": float((model(b["input_ids"], b["attention_mask"]).logits.argmax(-1) == b["labels"]).float().mean())}
+    return f
+
+
+def test_trainer_learns_and_writes(tmp_path, tiny_cfg):
+    data = _data()
+    m = _model(tiny_cfg)
+    tc = TrainConfig(out_dir=str(tmp_path), epochs=6, batch_size=8, lr=1e-3, log_every=2, progress=False,
+                     metric_for_best="accuracy")
+    s = Trainer(m, tc, data, _collate, eval_fn=_acc(data)).train()
+    assert s["steps"] == 36
+    recs = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
+    losses = [r["loss"] for r in recs if "loss" in r]
+    assert losses[-1] < losses[0] * 0.5, losses
+    evals = [r["eval_accuracy"] for r in recs if "eval_accuracy" in r]
+    assert len(evals) == 6 and max(evals) == 1.0
+    assert (tmp_path / "best" / "model.safetensors").exists() and (tmp_path / "model.safetensors").exists()
+    assert all("tokens_per_s" in r for r in recs if "loss" in r)
+
+
+def _train(tmp, tiny_cfg, resume=None, max_steps=10, save_every=0, accum=1, bs=8):
+    torch.manual_seed(123)
+    m = _model(tiny_cfg)
+    tc = TrainConfig(out_dir=str(tmp), max_steps=max_steps, batch_size=bs, lr=5e-4, progress=False,
+                     save_every=save_every, keep_last=10, grad_accum=accum, group_by_length=True)
+    Trainer(m, tc, _data(), _collate, lengths=[len(x["ids"]) for x in _data()]).train(resume_from=resume)
+    return m
+
+
+def test_exact_resume_equals_uninterrupted(tmp_path, tiny_cfg):
+    full = _train(tmp_path / "full", tiny_cfg, max_steps=10)  # dropout on: RNG state must be restored too
+    part = tmp_path / "part"
+    _train(part, tiny_cfg, max_steps=10, save_every=3)
+    ckpt = part / "checkpoints" / "step-6"
+    assert ckpt.exists()
+    resumed = _train(tmp_path / "resumed", tiny_cfg, resume=str(ckpt), max_steps=10)
+    for (k, a), (_, b) in zip(full.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), k
+    # and resuming from a different step also matches
+    resumed2 = _train(tmp_path / "resumed2", tiny_cfg, resume=str(part / "checkpoints" / "step-3"), max_steps=10)
+    assert all(torch.equal(a, b) for a, b in zip(full.state_dict().values(), resumed2.state_dict().values()))
+
+
+def test_checkpoint_rotation_and_latest(tmp_path, tiny_cfg):
+    torch.manual_seed(0)
+    tc = TrainConfig(out_dir=str(tmp_path), max_steps=9, batch_size=8, progress=False, save_every=2, keep_last=2)
+    Trainer(_model(tiny_cfg), tc, _data(), _collate).train()
+    names = sorted(os.listdir(tmp_path / "checkpoints"))
+    assert names == ["step-8", "step-9"], names
+    assert latest_checkpoint(str(tmp_path)).endswith("step-9")
+    with pytest.raises(bertfam.CheckpointError):
+        latest_checkpoint(str(tmp_path / "nothing"))
+
+
+def test_grad_accumulation_matches_big_batch(tmp_path, tiny_cfg):
+    cfg = tiny_cfg.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    data = [dict(x, ids=x["ids"][:4]) for x in _data()]  # equal lengths: mean of means == mean
+    res = []
+    for bs, acc in ((16, 1), (8, 2)):
+        m = bertfam.build_model(cfg.replace(head=HeadConfig(task="classification", num_labels=2)), seed=1)
+        tc = TrainConfig(out_dir=str(tmp_path / f"{bs}"), max_steps=3, batch_size=bs, grad_accum=acc, lr=1e-3,
+                         progress=False, shuffle=False, save_final=False)
+        Trainer(m, tc, data, _collate).train()
+        res.append(m)
+    for a, b in zip(res[0].parameters(), res[1].parameters()):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_batch_plan_sharding_and_grouping():
+    lengths = [i % 17 + 1 for i in range(100)]
+    p0 = BatchPlan(100, 8, seed=1, lengths=lengths, rank=0, world=2)
+    p1 = BatchPlan(100, 8, seed=1, lengths=lengths, rank=1, world=2)
+    b0, b1 = p0.batches(0), p1.batches(0)
+    assert len(b0) == len(b1) == len(p0) == 6
+    assert not set(sum(b0, [])) & set(sum(b1, []))
+    assert p0.batches(0) == b0 and p0.batches(1) != b0  # deterministic per epoch, different across epochs
+    spread = [max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in b0]
+    assert sum(spread) / len(spread) < 6  # grouped by length: little padding
+
+
+def test_no_decay_groups_and_layerwise_lr(tiny_cfg):
+    m = _model(tiny_cfg)
+    groups = param_groups(m, lr=1.0, weight_decay=0.1, layerwise_lr_decay=0.5)
+    names = {id(p): n for n, p in m.named_parameters()}
+    for g in groups:
+        for p in g["params"]:
+            n = names[id(p)]
+            assert (g["weight_decay"] == 0.0) == (p.dim() < 2 or "norm" in n)
+            if "embeddings" in n:
+                assert g["lr"] == 0.5 ** 3
+            if n.startswith("classifier."):
+                assert g["lr"] == 1.0
+
+
+def test_empty_data_and_bad_config(tmp_path, tiny_cfg):
+    with pytest.raises(bertfam.DataError):
+        Trainer(_model(tiny_cfg), TrainConfig(out_dir=str(tmp_path)), [], _collate)
+    with pytest.raises(bertfam.ConfigError):
+        Trainer(_model(tiny_cfg), TrainConfig(out_dir=str(tmp_path), precision="fp8"), _data(), _collate)
