@@ -128,3 +128,27 @@ def test_real_minilm_matches_transformers():
     m = enc["attention_mask"].bool()
     assert (a.last_hidden_state - b.last_hidden_state)[m].abs().max() <= TOL
     assert (a.pooler_output - b.pooler_output).abs().max() <= TOL
+
+
+def test_original_tinybert_directory(tmp_path):
+    """huawei-noah TinyBERT dirs: config.json without model_type, pytorch_model.bin with 'bert.' keys and
+    fit_denses (the distillation projections, not part of the encoder)."""
+    import json
+
+    torch.manual_seed(0)
+    hf = T.BertForPreTraining(T.BertConfig(**COMMON)).eval()
+    sd = {k: v for k, v in hf.state_dict().items()}
+    sd["fit_denses.0.weight"] = torch.zeros(64, 32)
+    torch.save(sd, tmp_path / "pytorch_model.bin")
+    conf = {k: v for k, v in COMMON.items()}
+    conf.update(hidden_act="gelu", type_vocab_size=2, emb_size=32, structure=[], pre_trained="",
+                hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, initializer_range=0.02)
+    (tmp_path / "config.json").write_text(json.dumps(conf))
+    model = bertfam.from_pretrained(str(tmp_path))
+    assert model.config.family == "tinybert" and model.task is None
+    ids, am, tt = _batch(0)
+    with torch.no_grad():
+        a = hf.bert(ids, attention_mask=am, token_type_ids=tt)
+        b = model(ids, am, tt)
+    assert (a.last_hidden_state - b.last_hidden_state)[am.bool()].abs().max() <= TOL
+    assert (a.pooler_output - b.pooler_output).abs().max() <= TOL

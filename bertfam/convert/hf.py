@@ -32,6 +32,13 @@ _COPY = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"
 # ----------------------------------------------------------------------------- configs
 def config_from_hf(d: dict, source: str = "config.json", task: Optional[str] = None) -> ModelConfig:
     mt = d.get("model_type")
+    if mt is None and all(k in d for k in ("hidden_size", "num_hidden_layers", "vocab_size")):
+        # original TinyBERT / old Google-BERT exports carry no model_type: they are BERT architecture
+        mt = "bert"
+        d = dict(d, model_type="bert")
+        tiny = any(k in d for k in ("emb_size", "structure", "pre_trained"))
+    else:
+        tiny = False
     if mt not in HF_TYPES:
         raise ConfigError(f"{source}: unsupported model_type {mt!r} (bertfam reads {', '.join(sorted(HF_TYPES))})")
     family = HF_TYPES[mt]
@@ -41,7 +48,7 @@ def config_from_hf(d: dict, source: str = "config.json", task: Optional[str] = N
     kw = {k: d[k] for k in _COPY if k in d and d[k] is not None}
     if "hidden_act" in kw and kw["hidden_act"] == "gelu_python":
         kw["hidden_act"] = "gelu"
-    kw["family"] = family
+    kw["family"] = "tinybert" if tiny else family
     if family == "roberta":
         kw["position_offset"] = int(d.get("pad_token_id", 1)) + 1
     if family == "albert":
