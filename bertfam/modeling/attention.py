@@ -8,6 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from . import varlen
+from .varlen import Packed
 
 
 def extended_mask(attention_mask: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
@@ -38,8 +40,13 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(H, H)
         self.p_drop = cfg.attention_probs_dropout_prob
 
-    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor],
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor | Packed],
                 need_scores: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """x: (B, T, H) with an additive mask (or None), or packed real tokens (N, H) with a `Packed` plan."""
+        p_drop = self.p_drop if self.training else 0.0
+        if isinstance(mask, Packed):
+            qkv = self.qkv(x).view(x.shape[0], 3, self.heads, self.head_dim)  # (N, 3, h, d)
+            return self.out(varlen.attention(qkv, mask, p_drop)), None
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]  # each (B, heads, T, d)
@@ -49,10 +56,9 @@ class SelfAttention(nn.Module):
             scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)  # (B, h, T, T)
             if mask is not None:
                 scores = scores + mask
-            probs = F.dropout(torch.softmax(scores, dim=-1), self.p_drop, self.training)
+            probs = F.dropout(torch.softmax(scores, dim=-1), p_drop, self.training)
             ctx = torch.matmul(probs, v)
         else:
-            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                                 dropout_p=self.p_drop if self.training else 0.0)
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
         ctx = ctx.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
         return self.out(ctx), scores

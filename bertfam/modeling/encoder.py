@@ -24,12 +24,18 @@ class Layer(nn.Module):
         self.act = ACT[cfg.hidden_act]
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
-    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor], need_scores: bool = False):
+    def forward(self, x: torch.Tensor, mask, need_scores: bool = False):
+        """x: (B, T, H) with an additive mask, or packed (N, H) with a varlen.Packed plan."""
         a, scores = self.attn(x, mask, need_scores)
-        x = self.attn_norm(x + self.dropout(a))  # (B, T, H)
+        return self.ffn_block(self.attn_residual(x, a)), scores
+
+    # the token-wise parts, separate so that `inference.compile_layers` can fuse them with torch.compile
+    def attn_residual(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return self.attn_norm(x + self.dropout(a))  # (..., H)
+
+    def ffn_block(self, x: torch.Tensor) -> torch.Tensor:
         f = self.ffn_out(self.act(self.ffn_in(x)))
-        x = self.ffn_norm(x + self.dropout(f))
-        return x, scores
+        return self.ffn_norm(x + self.dropout(f))  # (..., H)
 
 
 class Encoder(nn.Module):

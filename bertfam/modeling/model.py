@@ -13,9 +13,20 @@ from .attention import extended_mask
 from .embeddings import Embeddings
 from .encoder import Encoder
 from .heads import ClassificationHead, MLMHead, PairHead, SpanHead, TokenHead
+from .varlen import Packed, pack_info, repad, unpad
+from . import varlen
 
 TASKS = ("mlm", "pretraining", "classification", "regression", "token", "span")
 IGNORE = -100
+
+
+def _tracing() -> bool:
+    return torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+
+
+def _env_unpad() -> bool:
+    """BERTFAM_PADDED=1 forces the padded path everywhere (e.g. to compare against it)."""
+    return os.environ.get("BERTFAM_PADDED", "0") in ("", "0", "false", "no")
 
 
 @dataclass
@@ -37,7 +48,15 @@ class ModelOutput:
 
 
 class BertfamModel(nn.Module):
-    """The backbone: embeddings, encoder, pooler (dense + tanh on the first token)."""
+    """The backbone: embeddings, encoder, pooler (dense + tanh on the first token).
+
+    Unpadded by default: with a (B, T) padding mask that has padding, the batch is packed into its N
+    real tokens (see varlen.py) and nothing is computed for padding; `last_hidden_state` is re-padded
+    with zeros at padding positions. The padded path runs when it is needed for exact outputs
+    (a (B, T, T) visibility matrix, output_attentions / output_hidden_states, a sequence whose first
+    position is padding) or when asked for: `unpad=False` per call, `model.unpad = False`, or the
+    environment variable BERTFAM_PADDED=1.
+    """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -45,23 +64,57 @@ class BertfamModel(nn.Module):
         self.embeddings = Embeddings(cfg)
         self.encoder = Encoder(cfg)
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.unpad = _env_unpad()
 
     def forward(self, input_ids: Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None,
                 token_type_ids: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
                 task_type_ids: Optional[torch.Tensor] = None, inputs_embeds: Optional[torch.Tensor] = None,
-                output_hidden_states: bool = False, output_attentions: bool = False) -> ModelOutput:
+                output_hidden_states: bool = False, output_attentions: bool = False,
+                unpad: Optional[bool] = None) -> ModelOutput:
+        return self.encode(input_ids, attention_mask, token_type_ids, position_ids, task_type_ids, inputs_embeds,
+                           output_hidden_states, output_attentions, unpad)[0]
+
+    def encode(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+               task_type_ids=None, inputs_embeds=None, output_hidden_states=False, output_attentions=False,
+               unpad=None) -> tuple[ModelOutput, Optional[Packed], torch.Tensor]:
+        """(output, packing plan or None, final hidden states: (N, H) packed or (B, T, H) padded)."""
         if input_ids is None and inputs_embeds is None:
             raise ValueError("give input_ids or inputs_embeds")
         ids = input_ids if input_ids is not None else torch.zeros(inputs_embeds.shape[:2], dtype=torch.long,
                                                                   device=inputs_embeds.device)
         if attention_mask is None and input_ids is not None and self.config.position_offset:
             attention_mask = input_ids.ne(self.config.pad_token_id)
+        use_unpad = self.unpad if unpad is None else unpad
+        if _tracing():  # export / compile / jit: one static graph, no data-dependent branches
+            use_unpad = False
+        elif attention_mask is not None and attention_mask.dim() == 2 and bool(attention_mask.all()):
+            attention_mask = None  # no padding at all: unmasked attention is the same and faster
+        if (use_unpad and attention_mask is not None and attention_mask.dim() == 2 and not output_hidden_states
+                and not output_attentions and bool(attention_mask[:, 0].all())):
+            return self._encode_packed(ids, attention_mask, token_type_ids, position_ids, task_type_ids,
+                                       inputs_embeds)
         x = self.embeddings(ids, token_type_ids, position_ids, task_type_ids, inputs_embeds)  # (B, T, H)
         mask = extended_mask(attention_mask, x.dtype)
         h, hidden, scores = self.encoder(x, mask, output_hidden_states, output_attentions)
         pooled = torch.tanh(self.pooler(h[:, 0]))  # (B, H)
-        return ModelOutput(last_hidden_state=h, pooler_output=pooled, hidden_states=hidden, attentions=scores,
-                           embedding_output=x if output_hidden_states else None)
+        out = ModelOutput(last_hidden_state=h, pooler_output=pooled, hidden_states=hidden, attentions=scores,
+                          embedding_output=x if output_hidden_states else None)
+        return out, None, h
+
+    def _encode_packed(self, ids, attention_mask, token_type_ids, position_ids, task_type_ids, inputs_embeds):
+        p = pack_info(attention_mask)
+        B, T = ids.shape
+        if position_ids is None:
+            position_ids = self.embeddings.position_ids_for(ids)  # on the padded grid (RoBERTa counts)
+
+        def pick(t):  # (B, T, ...) or broadcastable (1, T, ...) -> (1, N, ...)
+            return None if t is None else unpad(t.expand(B, T, *t.shape[2:]), p).unsqueeze(0)
+
+        x = self.embeddings(pick(ids), pick(token_type_ids), pick(position_ids), pick(task_type_ids),
+                            pick(inputs_embeds))[0]  # (N, H)
+        h, _, _ = self.encoder(x, p)  # (N, H)
+        pooled = torch.tanh(self.pooler(h.index_select(0, p.first)))  # (B, H)
+        return ModelOutput(last_hidden_state=repad(h, p), pooler_output=pooled), p, h
 
 
 class TaskModel(nn.Module):
@@ -117,40 +170,65 @@ class TaskModel(nn.Module):
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 task_type_ids=None, inputs_embeds=None, labels=None, pair_labels=None, start_positions=None,
                 end_positions=None, answerable_labels=None, masked_positions=None,
-                output_hidden_states: bool = False, output_attentions: bool = False) -> ModelOutput:
+                output_hidden_states: bool = False, output_attentions: bool = False,
+                unpad: Optional[bool] = None) -> ModelOutput:
         """labels: class ids (B,), regression targets (B,), tag ids (B, T) or MLM targets (B, T) with -100
-        for ignored positions. masked_positions (B, T) bool: MLM logits only where True (faster)."""
-        out = self.backbone(input_ids, attention_mask, token_type_ids, position_ids, task_type_ids, inputs_embeds,
-                            output_hidden_states, output_attentions)
-        h, pooled = out.last_hidden_state, out.pooler_output
+        for ignored positions. masked_positions (B, T) bool: MLM logits only where True (faster).
+        unpad: None = the backbone's default (unpadded whenever that gives the same numbers); False forces
+        the padded path. Logits at padding positions are zero in the unpadded path."""
+        if unpad is not False and not _tracing() and \
+                not self._unpad_exact(attention_mask, labels, masked_positions, start_positions):
+            unpad = False
+        out, p, h = self.backbone.encode(input_ids, attention_mask, token_type_ids, position_ids, task_type_ids,
+                                         inputs_embeds, output_hidden_states, output_attentions, unpad)
+        pooled = out.pooler_output
         if self.mlm is not None:
-            self._mlm(out, h, pooled, labels, pair_labels, masked_positions)
+            self._mlm(out, h, pooled, labels, pair_labels, masked_positions, p)
         elif self.classifier is not None:
-            out.logits = self.classifier(h, pooled)
+            first = h.index_select(0, p.first).unsqueeze(1) if p is not None else h  # (B, 1 or T, H)
+            out.logits = self.classifier(first, pooled)
             if labels is not None:
                 if self.task == "regression":
                     out.loss = F.mse_loss(out.logits.squeeze(-1), labels.to(out.logits.dtype))
                 else:
                     out.loss = F.cross_entropy(out.logits, labels)
         elif self.token is not None:
-            out.logits = self.token(h)
+            logits = self.token(h)  # (N, C) packed or (B, T, C)
+            out.logits = repad(logits, p) if p is not None else logits
             if labels is not None:
-                out.loss = F.cross_entropy(out.logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+                targets = varlen.unpad(labels, p) if p is not None else labels.flatten()  # `unpad` is the flag here
+                out.loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets, ignore_index=IGNORE)
         elif self.span is not None:
-            self._span(out, h, pooled, start_positions, end_positions, answerable_labels)
+            self._span(out, out.last_hidden_state, pooled, start_positions, end_positions, answerable_labels, p, h)
         return out
 
-    def _mlm(self, out, h, pooled, labels, pair_labels, masked_positions) -> None:
+    def _unpad_exact(self, attention_mask, labels, masked_positions, start_positions) -> bool:
+        """False where the unpadded path would change a loss: targets on padding positions (MLM/token labels,
+        masked positions) or a span loss, whose softmax runs over every position, padding included."""
+        if attention_mask is None or attention_mask.dim() != 2:
+            return True  # nothing to unpad (the backbone decides)
+        pad = ~attention_mask.bool()  # (B, T)
+        if not bool(pad.any()):
+            return True
+        if self.span is not None and start_positions is not None:
+            return False
+        if self.task in ("mlm", "pretraining", "token") and labels is not None and labels.dim() == 2 \
+                and bool((labels[pad] != IGNORE).any()):
+            return False
+        return masked_positions is None or not bool(masked_positions[pad].any())
+
+    def _mlm(self, out, h, pooled, labels, pair_labels, masked_positions, p=None) -> None:
         if masked_positions is not None:
-            out.logits = self.mlm(h[masked_positions])  # (N_masked, V)
+            sel = unpad(masked_positions, p) if p is not None else masked_positions  # (N,) or (B, T) bool
+            logits = out.logits = self.mlm(h[sel])  # (N_masked, V), same row order in both layouts
             targets = labels[masked_positions] if labels is not None else None
         else:
-            out.logits = self.mlm(h)  # (B, T, V)
-            targets = labels
+            logits = self.mlm(h)  # (N, V) packed or (B, T, V)
+            out.logits = repad(logits, p) if p is not None else logits
+            targets = None if labels is None else unpad(labels, p) if p is not None else labels
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), targets.reshape(-1),
-                                   ignore_index=IGNORE)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE)
         if self.pair is not None:
             out.pair_logits = self.pair(pooled)
             if pair_labels is not None:
@@ -158,8 +236,12 @@ class TaskModel(nn.Module):
                 loss = pl if loss is None else loss + pl
         out.loss = loss
 
-    def _span(self, out, h, pooled, start_positions, end_positions, answerable_labels) -> None:
-        start, end, ans = self.span(h, pooled)
+    def _span(self, out, h, pooled, start_positions, end_positions, answerable_labels, p=None, packed_h=None) -> None:
+        if p is not None:  # per-token logits on real tokens only, re-padded to (B, T)
+            start, end, ans = self.span(packed_h, pooled)
+            start, end = repad(start, p), repad(end, p)
+        else:
+            start, end, ans = self.span(h, pooled)
         out.start_logits, out.end_logits, out.answerable_logits = start, end, ans
         out.logits = torch.stack([start, end], dim=-1)  # (B, T, 2)
         if start_positions is None or end_positions is None:

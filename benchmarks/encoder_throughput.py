@@ -1,0 +1,511 @@
+"""Encoder throughput: bertfam vs Hugging Face transformers (and onnxruntime), same weights, batches, threads.
+
+    nice -n 10 .venv/bin/python benchmarks/encoder_throughput.py            # full run (~15-20 min quiet)
+    .venv/bin/python benchmarks/encoder_throughput.py --quick               # bert-mini only, ~2 min
+
+One run measures, for BERT-base and bert-mini (21128-piece Chinese vocabulary, random weights made by
+bertfam and converted with bertfam.convert.hf.export_hf, so every engine runs the very same weights):
+1. inference, REAL (non-padding) tokens/s, batch lengths uniform in 16-128 and 16-512: transformers
+   BertModel (sdpa) and onnxruntime (a torch.onnx.export(dynamo=True) export of that same HF model) get
+   batches padded to their longest sequence; bertfam gets the same padded batches and its default
+   (unpadded) path;
+2. inference at full length 128 and 512 (no padding);
+3. MLM training steps (AdamW, dropout on): bertfam TaskModel (MLM head on masked positions only) vs
+   BertForMaskedLM, both fed the same batches from bertfam's PretrainCollator (15 % token masking);
+4. peak resident memory of each engine per case, each in its own subprocess (ru_maxrss), also as growth
+   over the process's RSS once its libraries are imported.
+Also the machine's fp32 matmul ceiling (torch, GFLOP/s) and each result as a fraction of it (model FLOPs
+of real tokens only: 2 x linear MACs + attention; x3 for training; the MLM head is not counted).
+Timings: the engines of one case run interleaved in one process (engine order rotates every repetition,
+so load drift hits all alike); each number is the median of --reps repetitions after one warm-up, with
+the spread (min-max) beside it. Writes the table to stdout, docs/benchmarks.md, docs/benchmarks.png and
+docs/benchmarks.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+MODELS = {"bert-base": "bert-base-chinese", "bert-mini": "bert-mini-chinese"}
+# case: (kind, batch size, min length, max length, batches per repetition); quick mode halves the work
+CASES = {
+    "infer 16-128": ("infer", 8, 16, 128, 2),
+    "infer full 128": ("infer", 8, 128, 128, 1),
+    "train MLM 16-128": ("train", 8, 16, 128, 1),
+    "infer 16-512": ("infer", 8, 16, 512, 1),
+    "infer full 512": ("infer", 2, 512, 512, 1),
+}
+ENGINES_INFER = ("transformers", "onnxruntime", "bertfam")
+ENGINES_TRAIN = ("transformers", "bertfam")
+
+
+# ----------------------------------------------------------------------------- helpers (workers)
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def set_threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
+    torch.set_num_interop_threads(1)
+
+
+def make_batches(case: str, vocab: int, seed: int = 0, scale: float = 1.0) -> list[dict]:
+    """The case's batches, padded to their longest sequence (right padding, as tokenizers do)."""
+    import numpy as np
+    import torch
+
+    kind, B, lo, hi, n = CASES[case]
+    B = max(1 if lo == hi else 2, round(B * scale))
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        lengths = rng.integers(lo, hi + 1, size=B)
+        T = int(lengths.max())
+        mask = torch.from_numpy((np.arange(T)[None] < lengths[:, None]).astype(np.int64))
+        ids = torch.from_numpy(rng.integers(106, vocab, size=(B, T))) * mask  # 106+: no special ids
+        ids[:, 0] = 101  # [CLS]
+        ids[torch.arange(B), torch.from_numpy(lengths - 1)] = 102  # [SEP]
+        out.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)})
+    return out
+
+
+def mlm_batches(batches: list[dict], vocab: int, seed: int = 0) -> list[dict]:
+    """Re-collate with bertfam's PretrainCollator: 15 % token masking, labels and masked_positions."""
+    import numpy as np
+    import torch
+
+    from bertfam.objectives.collator import PretrainCollator
+    from bertfam.objectives.masking import WORD_BEGIN, Masker, MaskingConfig
+
+    masker = Masker(MaskingConfig(strategy="token", rate=0.15), vocab, mask_id=103, special_ids=[0, 100, 101, 102, 103])
+    coll = PretrainCollator(masker, pad_id=0, pair=False, masked_positions=True)
+    torch.manual_seed(seed)
+    out = []
+    for b in batches:
+        exs = []
+        for ids, m in zip(b["input_ids"], b["attention_mask"]):
+            real = ids[m.bool()].numpy()
+            exs.append({"input_ids": real, "flags": np.full(len(real), WORD_BEGIN, np.uint8)})
+        out.append(coll(exs))
+    return out
+
+
+def real_tokens(batches: list[dict]) -> int:
+    return int(sum(int(b["attention_mask"].sum()) for b in batches))
+
+
+def model_flops(cfg, batches: list[dict], train: bool) -> float:
+    """Useful FLOPs of the encoder on the real tokens (no padding), per pass over `batches`."""
+    H, I, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    total = 0.0
+    for b in batches:
+        for n in b["attention_mask"].sum(1).tolist():
+            total += L * (2 * n * (4 * H * H + 2 * H * I) + 4 * n * n * H)
+    return total * (3 if train else 1)
+
+
+# ----------------------------------------------------------------------------- engines
+def load_engine(engine: str, kind: str, d: str):
+    """A callable batch -> None running one forward (inference) or one optimizer step (training)."""
+    import torch
+
+    if engine == "onnxruntime":
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = int(os.environ["BENCH_THREADS"])
+        so.inter_op_num_threads = 1
+        if os.environ.get("BENCH_SPIN") == "0":  # same policy as the torch engines: no busy-waiting threads
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        sess = ort.InferenceSession(os.path.join(d, "model.onnx"), so, providers=["CPUExecutionProvider"])
+        names = [i.name for i in sess.get_inputs()]
+        return lambda b: sess.run(None, {n: b[n].numpy() for n in names})
+    if engine == "transformers":
+        import transformers as T
+
+        cls = T.BertForMaskedLM if kind == "train" else T.BertModel
+        model = cls.from_pretrained(os.path.join(d, "hf"), attn_implementation="sdpa")
+        keys = ("input_ids", "attention_mask", "token_type_ids") + (("labels",) if kind == "train" else ())
+    else:
+        import bertfam
+
+        model = bertfam.from_pretrained(os.path.join(d, "hf"), task="mlm" if kind == "train" else None)
+        if kind == "infer":
+            model = model.backbone
+        keys = ("input_ids", "attention_mask", "token_type_ids") + (("labels", "masked_positions")
+                                                                    if kind == "train" else ())
+    if kind == "infer":
+        model.eval()
+
+        def infer(b):
+            with torch.inference_mode():
+                model(**{k: b[k] for k in keys})
+        return infer
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def step(b):
+        loss = model(**{k: b[k] for k in keys}).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def worker_time(args) -> dict:
+    """All engines of one case in this process, interleaved; seconds per pass over the case's batches."""
+    import torch  # noqa: F401
+
+    set_threads(args.threads)
+    import bertfam
+
+    d = os.path.join(args.workdir, args.model)
+    cfg = bertfam.ModelConfig.load(os.path.join(d, "bertfam", "config.json"))
+    kind = CASES[args.case][0]
+    batches = make_batches(args.case, cfg.vocab_size, scale=args.scale)
+    if kind == "train":
+        batches = mlm_batches(batches, cfg.vocab_size)
+    engines = [e for e in (ENGINES_TRAIN if kind == "train" else ENGINES_INFER) if e in args.engines.split(",")]
+    fns = {e: load_engine(e, kind, d) for e in engines}
+    times = {e: [] for e in engines}
+    for e in engines:  # warm-up
+        for b in batches:
+            fns[e](b)
+    for r in range(args.reps):
+        order = engines[r % len(engines):] + engines[:r % len(engines)]
+        for e in order:
+            time.sleep(0.2)  # let the other engine's spinning threads go to sleep
+            t0 = time.perf_counter()
+            for b in batches:
+                fns[e](b)
+            times[e].append(time.perf_counter() - t0)
+    return {"times": times, "real_tokens": real_tokens(batches),
+            "padded_tokens": int(sum(b["input_ids"].numel() for b in batches)),
+            "flops": model_flops(cfg, batches, kind == "train")}
+
+
+def worker_memory(args) -> dict:
+    """One engine, one pass over the case's batches: peak RSS and its growth over the imports' RSS."""
+    import torch  # noqa: F401
+
+    set_threads(args.threads)
+    import bertfam
+
+    if args.engines == "transformers":
+        import transformers  # noqa: F401
+    elif args.engines == "onnxruntime":
+        import onnxruntime  # noqa: F401
+    base = rss_mb()
+    d = os.path.join(args.workdir, args.model)
+    cfg = bertfam.ModelConfig.load(os.path.join(d, "bertfam", "config.json"))
+    kind = CASES[args.case][0]
+    batches = make_batches(args.case, cfg.vocab_size, scale=args.scale)
+    if kind == "train":
+        batches = mlm_batches(batches, cfg.vocab_size)
+    fn = load_engine(args.engines, kind, d)
+    for b in batches:
+        fn(b)
+    return {"peak_mb": peak_mb(), "import_rss_mb": base}
+
+
+def worker_ceiling(args) -> dict:
+    """fp32 matmul GFLOP/s of torch here: the best median over a square and two BERT-shaped products."""
+    import torch
+
+    set_threads(args.threads)
+    res = {}
+    for m, k, n in [(2048, 2048, 2048), (1024, 768, 3072), (1024, 3072, 768)]:
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        for _ in range(3):
+            a @ b
+        ts = []
+        for _ in range(max(5, args.reps)):
+            t0 = time.perf_counter()
+            a @ b
+            ts.append(time.perf_counter() - t0)
+        res[f"{m}x{k}x{n}"] = 2 * m * k * n / statistics.median(ts) / 1e9
+    return {"gflops": res, "ceiling": max(res.values())}
+
+
+def worker_prepare(args) -> dict:
+    """Random bertfam weights -> HF directory (export_hf) -> ONNX export of the HF BertModel; parity check."""
+    import torch
+
+    set_threads(args.threads)
+    import transformers as T
+
+    import bertfam
+    from bertfam.convert.hf import export_hf
+
+    d = os.path.join(args.workdir, args.model)
+    if os.path.isfile(os.path.join(d, "prepare.json")):  # --workdir reused: same seed, same files
+        with open(os.path.join(d, "prepare.json")) as f:
+            return json.load(f)
+    os.makedirs(d, exist_ok=True)
+    cfg = bertfam.preset(MODELS[args.model], head=bertfam.HeadConfig(task="mlm"))
+    model = bertfam.build_model(cfg, seed=0).eval()
+    model.save_pretrained(os.path.join(d, "bertfam"))
+    export_hf(model, os.path.join(d, "hf"))
+    hf = T.BertModel.from_pretrained(os.path.join(d, "hf"), attn_implementation="sdpa").eval()
+    batches = make_batches("infer 16-128", cfg.vocab_size, seed=1, scale=0.5)
+    b = batches[0]
+    names = ("input_ids", "attention_mask", "token_type_ids")
+    t0 = time.perf_counter()
+    torch.onnx.export(hf, (), os.path.join(d, "model.onnx"), kwargs={k: b[k] for k in names},
+                      input_names=list(names), output_names=["last_hidden_state", "pooler_output"],
+                      dynamic_shapes={k: {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")} for k in names},
+                      dynamo=True, optimize=True, verbose=False)
+    export_s = time.perf_counter() - t0
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(os.path.join(d, "model.onnx"), providers=["CPUExecutionProvider"])
+    m = b["attention_mask"].bool()
+    with torch.inference_mode():
+        ref = hf(**{k: b[k] for k in names}).last_hidden_state
+        ours = model.backbone(**{k: b[k] for k in names}).last_hidden_state
+    onnx_out = torch.from_numpy(sess.run(["last_hidden_state"], {k: b[k].numpy() for k in names})[0])
+    res = {"export_s": export_s, "params_m": sum(p.numel() for p in model.backbone.parameters()) / 1e6,
+           "diff_bertfam_vs_hf": float((ours - ref)[m].abs().max()),
+           "diff_onnx_vs_hf": float((onnx_out - ref)[m].abs().max())}
+    with open(os.path.join(d, "prepare.json"), "w") as f:
+        json.dump(res, f)
+    return res
+
+
+WORKERS = {"time": worker_time, "memory": worker_memory, "ceiling": worker_ceiling, "prepare": worker_prepare}
+
+
+# ----------------------------------------------------------------------------- parent
+def run_worker(args, what: str, **kw) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", what, "--threads", str(args.threads),
+           "--reps", str(args.reps), "--workdir", args.workdir, "--scale", str(args.scale)]
+    for k, v in kw.items():
+        cmd += [f"--{k}", str(v)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
+               BENCH_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore",
+               BENCH_SPIN=str(int(args.spin)))
+    if not args.spin:  # idle OpenMP threads sleep instead of spinning (both torch engines alike)
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+    if p.returncode != 0 or not lines:
+        raise RuntimeError(f"worker {what} {kw} failed:\n{p.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def summarize(times: list[float], work: float) -> dict:
+    rates = sorted(work / t for t in times)
+    return {"median": statistics.median(rates), "min": rates[0], "max": rates[-1]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="bert-mini only, half batches, 3 repetitions")
+    ap.add_argument("--scale", type=float, default=None,
+                    help="batch sizes x this (default 1; 0.5 with --quick); for a busy machine")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--models", default=None, help="comma list of bert-base,bert-mini")
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--engines", default="transformers,onnxruntime,bertfam")
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--spin", action="store_true",
+                    help="let idle worker threads busy-wait (OpenMP / onnxruntime defaults); without it every "
+                         "engine runs with OMP_WAIT_POLICY=PASSIVE and no onnxruntime spinning, which keeps "
+                         "a shared machine from collapsing (2 threads that spin on 2 busy cores run ~10x slower)")
+    ap.add_argument("--out-dir", default=os.path.join(ROOT, "docs"), help="benchmarks.md/.png/.json go here")
+    ap.add_argument("--workdir", default=None, help="model files (default: a temporary directory)")
+    ap.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    ap.add_argument("--case", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print("RESULT " + json.dumps(WORKERS[args.worker](args)), flush=True)
+        return 0
+    if args.quick:
+        args.reps = min(args.reps, 3)
+    if args.scale is None:
+        args.scale = 0.5 if args.quick else 1.0
+    models = (args.models or ("bert-mini" if args.quick else "bert-base,bert-mini")).split(",")
+    args.workdir = args.workdir or tempfile.mkdtemp(prefix="bertfam-bench-")
+    started = time.time()
+    load_start = os.getloadavg()
+    print(f"threads {args.threads}, reps {args.reps}, load average at start {load_start[0]:.1f}", flush=True)
+    ceiling = run_worker(args, "ceiling")
+    print(f"fp32 matmul ceiling (torch): {ceiling['ceiling']:.1f} GFLOP/s "
+          + ", ".join(f"{k} {v:.1f}" for k, v in ceiling["gflops"].items()), flush=True)
+    results = {"ceiling": ceiling, "models": {}, "args": vars(args), "environment": environment(args)}
+    for mname in models:
+        prep = run_worker(args, "prepare", model=mname)
+        print(f"{mname}: {prep['params_m']:.1f}M parameters; max |diff| vs transformers on real tokens: bertfam "
+              f"{prep['diff_bertfam_vs_hf']:.1e}, onnxruntime {prep['diff_onnx_vs_hf']:.1e} "
+              f"(export {prep['export_s']:.0f} s)", flush=True)
+        rows = {}
+        for case in args.cases.split(","):
+            t = run_worker(args, "time", model=mname, case=case, engines=args.engines)
+            row = {"real_tokens": t["real_tokens"], "padded_tokens": t["padded_tokens"], "flops": t["flops"],
+                   "engines": {}}
+            for e, ts in t["times"].items():
+                s = summarize(ts, t["real_tokens"])
+                s["fraction_of_ceiling"] = t["flops"] / statistics.median(ts) / 1e9 / ceiling["ceiling"]
+                if not args.no_memory:
+                    s.update(run_worker(args, "memory", model=mname, case=case, engines=e))
+                row["engines"][e] = s
+            rows[case] = row
+            print(format_row(mname, case, row), flush=True)
+            results["models"][mname] = {"prepare": prep, "cases": rows}
+            results["minutes"] = (time.time() - started) / 60
+            results["load_average"] = {"start": load_start, "end": os.getloadavg()}
+            write_outputs(results, args, final=False)  # partial results survive an interrupted run
+    write_outputs(results, args)
+    return 0
+
+
+def environment(args) -> dict:
+    import onnxruntime
+    import torch
+    import transformers
+
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "onnxruntime": onnxruntime.__version__,
+            "threads": args.threads, "idle_threads": "busy-wait (library defaults)" if args.spin else
+            "sleep (OMP_WAIT_POLICY=PASSIVE for torch, allow_spinning=0 for onnxruntime)"}
+
+
+def format_row(mname: str, case: str, row: dict) -> str:
+    e = row["engines"]
+    hf = e.get("transformers", {}).get("median")
+    parts = [f"{mname:9s} {case:17s}"]
+    for name, s in e.items():
+        ratio = f" ({s['median'] / hf:.2f}x)" if hf and name != "transformers" else ""
+        mem = f" {s['peak_mb']:.0f} MB" if "peak_mb" in s else ""
+        parts.append(f"{name} {s['median']:.0f} [{s['min']:.0f}-{s['max']:.0f}]{ratio}{mem}")
+    return " | ".join(parts)
+
+
+def markdown(results: dict) -> str:
+    env, c = results["environment"], results["ceiling"]
+    la = results["load_average"]
+    lines = [
+        "# Benchmarks: bertfam vs Hugging Face transformers (CPU)", "",
+        "Produced by `benchmarks/encoder_throughput.py` in one run "
+        f"({results['minutes']:.0f} min); {env['cpu']}, {env['cores']} cores, {env['threads']} threads for every "
+        f"engine, idle threads {env['idle_threads']}; torch {env['torch']}, transformers {env['transformers']}, onnxruntime {env['onnxruntime']}. "
+        f"Load average {la['start'][0]:.1f} at start, {la['end'][0]:.1f} at end: "
+        + ("**the machine was shared with other jobs, so absolute numbers are low and noisy; the ratios "
+           "(engines interleaved within each case) are what this run shows.**"
+           if max(la["start"][0], la["end"][0]) > 1.5 else "the machine was quiet."), "",
+        *(["**Partial results: the run was still going or was interrupted.**", ""] if not results.get("complete")
+          else []),
+        f"fp32 matmul ceiling measured in this run (torch): **{c['ceiling']:.1f} GFLOP/s** ("
+        + ", ".join(f"{k}: {v:.1f}" for k, v in c["gflops"].items()) + ").", "",
+        "Throughput = real (non-padding) tokens per second, median of "
+        f"{results['args']['reps']} repetitions after a warm-up, [min-max] beside it; ×HF = ratio to transformers; "
+        "% ceiling = useful model FLOP/s (real tokens only) over the matmul ceiling; peak RSS = ru_maxrss of a "
+        "separate process running that engine alone on the case (growth over the RSS after imports in brackets).",
+        "",
+    ]
+    for mname, m in results["models"].items():
+        p = m["prepare"]
+        lines += [f"## {mname} ({p['params_m']:.1f}M parameters, 21128 vocab)", "",
+                  f"Same weights: max |difference| of last_hidden_state from transformers on real tokens: "
+                  f"bertfam {p['diff_bertfam_vs_hf']:.1e}, onnxruntime {p['diff_onnx_vs_hf']:.1e}.", "",
+                  "| case | engine | tokens/s | spread | ×HF | % ceiling | peak RSS MB (growth) |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        for case, row in m["cases"].items():
+            hf = row["engines"].get("transformers", {}).get("median")
+            for e, s in row["engines"].items():
+                ratio = f"{s['median'] / hf:.2f}" if hf else "-"
+                mem = (f"{s['peak_mb']:.0f} ({s['peak_mb'] - s['import_rss_mb']:.0f})" if "peak_mb" in s else "-")
+                lines.append(f"| {case} | {e} | {s['median']:.0f} | {s['min']:.0f}-{s['max']:.0f} | {ratio} | "
+                             f"{100 * s['fraction_of_ceiling']:.0f} % | {mem} |")
+        lines.append("")
+    sc = results["args"]["scale"]
+    sizes = "; ".join(f"{c}: {n} x batch {max(1 if lo == hi else 2, round(B * sc))}"
+                      for c, (_, B, lo, hi, n) in CASES.items())
+    lines += [
+        f"Batches per repetition: {sizes}.", "",
+        "Cases: `infer 16-128` = batches with lengths uniform in 16-128 (the padded engines pay for "
+        "padding up to the longest in the batch; bertfam packs the real tokens); `infer full N` = no padding; "
+        "`train MLM` = one AdamW step per batch, dropout on, batches from bertfam's PretrainCollator "
+        "(15 % token masking); bertfam's MLM head runs on the masked positions only, BertForMaskedLM on all.",
+        "", "![speed-up over transformers](benchmarks.png)", ""]
+    return "\n".join(lines)
+
+
+def write_outputs(results: dict, args, final: bool = True) -> None:
+    from bertfam.utils import atomic_write_text
+
+    os.makedirs(args.out_dir, exist_ok=True)
+    results["complete"] = final
+    md = markdown(results)
+    if final:
+        print("\n" + md)
+    atomic_write_text(os.path.join(args.out_dir, "benchmarks.md"), md)
+    atomic_write_text(os.path.join(args.out_dir, "benchmarks.json"), json.dumps(results, indent=2) + "\n")
+    try:
+        plot(results, os.path.join(args.out_dir, "benchmarks.png"))
+    except ImportError:
+        print("matplotlib not installed: no chart")
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bertfam.utils import atomic_path
+
+    models = list(results["models"])
+    fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.2), squeeze=False)
+    for ax, mname in zip(axes[0], models):
+        cases = results["models"][mname]["cases"]
+        names = list(cases)
+        engines = [e for e in ("onnxruntime", "bertfam") if any(e in cases[c]["engines"] for c in names)]
+        width = 0.8 / max(1, len(engines))
+        for i, e in enumerate(engines):
+            xs, ys = [], []
+            for j, c in enumerate(names):
+                eng = cases[c]["engines"]
+                if e in eng and "transformers" in eng:
+                    hf = eng["transformers"]["median"]
+                    xs.append(j + (i - (len(engines) - 1) / 2) * width)
+                    ys.append(eng[e]["median"] / hf)
+            ax.bar(xs, ys, width, label=e)
+            for x, y in zip(xs, ys):
+                ax.text(x, y + 0.03, f"{y:.2f}", ha="center", fontsize=8)
+        ax.axhline(1.0, color="gray", lw=1, ls="--", label="transformers = 1")
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels([n.replace(" ", "\n", 1) for n in names], fontsize=8)
+        ax.set_title(f"{mname}: real tokens/s relative to transformers")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

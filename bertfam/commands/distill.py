@@ -1,0 +1,92 @@
+"""`bertfam distill`: TinyBERT general (--corpus) or task-specific (--task) distillation."""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("distill", help="TinyBERT distillation: general (--corpus) or task-specific (--task)")
+    p.add_argument("--teacher", required=True, help="teacher directory (fine-tuned for --task)")
+    p.add_argument("--student-config", default="tinybert-4l-312",
+                   help="preset name, config JSON, or a model directory (e.g. a general-distilled student)")
+    p.add_argument("--out", required=True, help="output directory of the student")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--corpus", nargs="+", help="general distillation: text files / directories")
+    src.add_argument("--task", help="task-specific distillation: a task name of `bertfam finetune`")
+    p.add_argument("--train", help="--task: training file")
+    p.add_argument("--dev", help="--task: dev file (teacher and student are scored and timed on it)")
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--layer-map", help="teacher layer per student layer, e.g. 3,6,9,12 (default m*N/M)")
+    p.add_argument("--projection", choices=["auto", "none"], default="auto",
+                   help="auto: learnable W when the widths differ; none: widths must match")
+    p.add_argument("--temperature", type=float, default=1.0, help="prediction-layer soft CE temperature")
+    p.add_argument("--epochs", type=float, default=1, help="--corpus: epochs")
+    p.add_argument("--epochs-intermediate", type=float, default=1, help="--task: stage 1 epochs (0 skips)")
+    p.add_argument("--epochs-prediction", type=float, default=1, help="--task: stage 2 epochs (0 skips)")
+    p.add_argument("--mask-rate", type=float, default=0.15, help="--corpus: MLM-style masking of the inputs")
+    p.add_argument("--augment-mlm", help="--task: a masked-LM model directory; enables data augmentation")
+    p.add_argument("--augment-n", type=int, default=20, help="augmented copies per example")
+    p.add_argument("--augment-p", type=float, default=0.4, help="replacement probability per word")
+    p.add_argument("--augment-top-k", type=int, default=15)
+    p.add_argument("--max-train", type=int,
+                   help="a random subset of N training examples (as `finetune --max-train` with the same seed)")
+    p.add_argument("--max-dev", type=int, help="use only the first N dev examples")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--max-steps", type=int, help="optimizer steps per stage (overrides epochs)")
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_distill)
+
+
+def _layer_map(s):
+    if not s:
+        return None
+    from ..errors import ConfigError
+
+    try:
+        return [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--layer-map {s!r}: give comma-separated integers, e.g. 3,6,9,12") from None
+
+
+def _distill(args) -> int:
+    import json
+
+    import torch
+
+    from ..errors import ConfigError
+    from ..distill.pipeline import distill_general, distill_task
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    over = dict(batch_size=args.batch_size, lr=args.lr, max_steps=args.max_steps, log_every=args.log_every,
+                progress=not args.no_progress)
+    lm = _layer_map(args.layer_map)
+    if args.corpus:
+        over["epochs"] = args.epochs
+        s = distill_general(args.teacher, args.student_config, args.corpus, args.out, max_length=args.max_length,
+                            mask_rate=args.mask_rate, layer_map=lm, projection=args.projection,
+                            train_overrides=over, seed=args.seed)
+    else:
+        if not args.train:
+            raise ConfigError("--task needs --train FILE")
+        aug = None
+        if args.augment_mlm:
+            from ..distill.augment import MLMAugmenter
+            from ..loading import from_pretrained
+
+            mlm = from_pretrained(args.augment_mlm)
+            tok = mlm.tokenizer
+            if tok is None:
+                raise ConfigError(f"{args.augment_mlm}: no tokenizer in the augmentation model directory")
+            aug = MLMAugmenter(mlm, tok, args.augment_top_k, args.augment_p, args.augment_n, args.max_length,
+                               args.seed).augment
+        s = distill_task(args.teacher, args.student_config, args.task, args.train, args.dev, args.out,
+                         max_length=args.max_length, epochs_intermediate=args.epochs_intermediate,
+                         epochs_prediction=args.epochs_prediction, temperature=args.temperature, layer_map=lm,
+                         projection=args.projection, augmenter=aug, max_train=args.max_train,
+                         max_dev=args.max_dev, train_overrides=over, seed=args.seed)
+    print(json.dumps({k: v for k, v in s.items() if k != "final_eval"}, ensure_ascii=False, default=float))
+    print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,175 @@
+"""Fine-tuning commands: finetune, evaluate, predict, glue, embed."""
+from __future__ import annotations
+
+import json
+
+TASK_HELP = ("sst2, cola, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, tnews, iflytek, afqmc, ocnli, cmnli, "
+             "csl, cluewsc, eprstmt, bustm, csldcp, cluener, msra, peoples_daily, resume, medical_ner, ner, "
+             "chnsenticorp, book_review, shopping, or custom")
+
+
+def _train_args(p) -> None:
+    p.add_argument("--epochs", type=float, default=3)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--warmup-ratio", type=float, default=0.1)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--layerwise-lr-decay", type=float, default=None, help="e.g. 0.95 (lower layers learn slower)")
+    p.add_argument("--early-stopping", type=int, default=None, metavar="N",
+                   help="stop after N evaluations without dev improvement")
+    p.add_argument("--eval-every", type=int, default=0, help="optimizer steps between dev evaluations (0: per epoch)")
+    p.add_argument("--no-group-by-length", action="store_true", help="plain shuffled batches")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--max-train", type=int, default=None, help="random subset of this many training examples")
+    p.add_argument("--dev-ratio", type=float, default=0.1, help="dev split carved from train when no --dev")
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (for --resume)")
+    p.add_argument("--freeze-word-embeddings", action="store_true",
+                   help="do not train the word-embedding matrix (fast with huge multilingual vocabularies)")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("finetune", help="fine-tune a model on a GLUE/CLUE/NER/custom task")
+    p.add_argument("--task", required=True, help=TASK_HELP)
+    p.add_argument("--model", required=True, help="model directory (bertfam or Hugging Face)")
+    p.add_argument("--train", required=True)
+    p.add_argument("--dev", default=None, help="dev file (default: carve --dev-ratio of train)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--kg", default=None, help="K-BERT knowledge graph file(s), comma-separated .spo")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    g = p.add_argument_group("custom task (--task custom)")
+    g.add_argument("--format", choices=["tsv", "jsonl"], default="tsv")
+    g.add_argument("--kind", choices=["single", "pair", "regression", "token"], default=None,
+                   help="default: pair with two text columns, else single")
+    g.add_argument("--text-cols", default=None, help="text column name(s) or 0-based numbers, comma-separated")
+    g.add_argument("--label-col", default=None)
+    g.add_argument("--labels", default=None, help="comma-separated label list (default: those in train)")
+    g.add_argument("--no-header", action="store_true", help="the TSV has no header (columns by number)")
+    _train_args(p)
+    p.set_defaults(func=_finetune)
+
+    p = sub.add_parser("evaluate", help="score a fine-tuned model on a labelled file")
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--task", default=None, help="default: the task the model was fine-tuned on")
+    p.add_argument("--out", default=None, help="write eval_results.json and predictions here")
+    p.add_argument("--kg", default=None)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.set_defaults(func=_evaluate)
+
+    p = sub.add_parser("predict", help="predict a file; GLUE tasks write the submission TASK.tsv")
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--task", default=None)
+    p.add_argument("--kg", default=None)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.set_defaults(func=_predict)
+
+    p = sub.add_parser("glue", help="fine-tune + evaluate every GLUE task found in a directory")
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True, help="GLUE directory (CoLA/, SST-2/, MRPC/, ...)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--tasks", default=None, help="comma-separated subset")
+    _train_args(p)
+    p.set_defaults(func=_glue)
+
+    p = sub.add_parser("embed", help="token and sentence vectors (CLS, mean; chosen layers) to .npy / JSONL")
+    p.add_argument("--model", required=True)
+    p.add_argument("--input", required=True, help="text file, one input per line ('a ||| b' for a pair)")
+    p.add_argument("--out", required=True, help="output prefix: PREFIX.cls.npy, PREFIX.mean.npy, PREFIX.jsonl")
+    p.add_argument("--layers", default="-1", help="comma-separated layer indices (0 = embeddings, -1 = last)")
+    p.add_argument("--pooling", default="cls,mean", help="cls and/or mean")
+    p.add_argument("--tokens", action="store_true", help="also write per-token vectors to PREFIX.jsonl")
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.set_defaults(func=_embed)
+
+
+def _csv(s):
+    return [x.strip() for x in s.split(",") if x.strip()] if s else None
+
+
+def _options(args):
+    from ..finetune import FinetuneOptions
+
+    return FinetuneOptions(
+        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, max_length=args.max_length,
+        warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, layerwise_lr_decay=args.layerwise_lr_decay,
+        early_stopping_patience=args.early_stopping, eval_every=args.eval_every,
+        group_by_length=not args.no_group_by_length, seed=args.seed, max_train=args.max_train,
+        dev_ratio=args.dev_ratio, precision=args.precision, max_steps=args.max_steps, progress=not args.no_progress,
+        save_every=args.save_every,
+        freeze_word_embeddings=args.freeze_word_embeddings, kg=_csv(getattr(args, "kg", None)), resume=getattr(args, "resume", False))
+
+
+def _task(args):
+    from ..errors import ConfigError
+    from ..tasks.table import custom_task
+
+    if args.task != "custom":
+        for flag in ("text_cols", "label_col"):
+            if getattr(args, flag):
+                raise ConfigError(f"--{flag.replace('_', '-')} is for --task custom")
+        return args.task
+    cols = _csv(args.text_cols)
+    if not cols and args.kind != "token":
+        raise ConfigError("--task custom needs --text-cols (and --label-col)")
+    kind = args.kind or ("pair" if cols and len(cols) == 2 else "single")
+    return custom_task(args.format, kind, cols or [], args.label_col, _csv(args.labels), not args.no_header)
+
+
+def _print_result(r: dict) -> None:
+    print(json.dumps({k: v for k, v in r.items() if k != "history"}, indent=2, ensure_ascii=False))
+
+
+def _finetune(args) -> int:
+    from ..finetune import finetune
+
+    r = finetune(_task(args), args.model, args.train, args.dev, args.out, _options(args))
+    _print_result(r)
+    print(f"{r['task']}: dev {r['metric']} = {r['value']:.2f} ({r['n_dev']} examples); model in {args.out}")
+    return 0
+
+
+def _evaluate(args) -> int:
+    from ..finetune import evaluate
+
+    r = evaluate(args.model, args.data, args.task, args.out, _csv(args.kg), batch_size=args.batch_size)
+    _print_result(r)
+    return 0
+
+
+def _predict(args) -> int:
+    from ..finetune import predict
+
+    path = predict(args.model, args.data, args.out, args.task, _csv(args.kg), batch_size=args.batch_size)
+    print(f"wrote {path}")
+    return 0
+
+
+def _glue(args) -> int:
+    from ..finetune import run_glue
+
+    table = run_glue(args.model, args.data, args.out, _options(args), tasks=_csv(args.tasks))
+    print(table)
+    return 0
+
+
+def _embed(args) -> int:
+    from ..embed import embed_file
+
+    from ..errors import ConfigError
+
+    try:
+        layers = [int(x) for x in _csv(args.layers) or []]
+    except ValueError:
+        raise ConfigError(f"--layers: expected comma-separated integers, got {args.layers!r}") from None
+    for path in embed_file(args.model, args.input, args.out, layers=layers,
+                           pooling=_csv(args.pooling), tokens=args.tokens, max_length=args.max_length,
+                           batch_size=args.batch_size):
+        print(f"wrote {path}")
+    return 0

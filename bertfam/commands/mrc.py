@@ -1,0 +1,251 @@
+"""`bertfam mrc train|predict|evaluate|ensemble|compare|ask`: extractive reading comprehension."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("mrc", help="reading comprehension (DuReader, CMRC2018, SQuAD 2.0)")
+    ms = p.add_subparsers(dest="mrc_cmd", metavar="SUBCOMMAND")
+    ms.required = True
+
+    t = ms.add_parser("train", help="fine-tune a span + answerability model on one or more files")
+    t.add_argument("--model", required=True, help="checkpoint directory, or a preset name (with --vocab)")
+    t.add_argument("--vocab", default=None, help="vocab.txt for a preset model (or to replace the tokenizer)")
+    t.add_argument("--train", nargs="+", required=True, help="training files (SQuAD layout)")
+    t.add_argument("--dev", default=None, help="dev file; without it --dev-fraction of the training "
+                                               "passages are held out (written to OUT/dev_heldout.json)")
+    t.add_argument("--dev-fraction", type=float, default=0.1)
+    t.add_argument("--out", required=True)
+    t.add_argument("--tune-threshold", action="store_true", help="tune the no-answer thresholds on dev and save "
+                                                                 "them in OUT/config.json")
+    t.add_argument("--no-title", action="store_true", help="do not put the title before the passage")
+    t.add_argument("--epochs", type=float, default=2)
+    t.add_argument("--max-steps", type=int, default=None)
+    t.add_argument("--batch-size", type=int, default=16)
+    t.add_argument("--grad-accum", type=int, default=1)
+    t.add_argument("--lr", type=float, default=3e-5)
+    t.add_argument("--warmup-ratio", type=float, default=0.1)
+    t.add_argument("--seed", type=int, default=42)
+    t.add_argument("--log-every", type=int, default=10)
+    t.add_argument("--save-every", type=int, default=0, help="optimizer steps between checkpoints (0: end only)")
+    t.add_argument("--eval-limit", type=int, default=500, help="dev questions scored at each epoch end (0: all)")
+    t.add_argument("--limit", type=int, default=None, help="use only the first N training questions")
+    _window_args(t)
+    t.set_defaults(func=_train)
+
+    pr = ms.add_parser("predict", help="answer every question of a file ({qid: answer} + an n-best file)")
+    pr.add_argument("--model", required=True)
+    pr.add_argument("--data", required=True)
+    pr.add_argument("--out", required=True, help="predictions {qid: answer} ('no answer' when unanswerable)")
+    pr.add_argument("--nbest-out", default=None, help="n-best file (default: OUT with .nbest.json)")
+    pr.add_argument("--no-answer-text", default="no answer", help="text written for unanswerable questions")
+    _window_args(pr)
+    _decode_args(pr)
+    pr.set_defaults(func=_predict)
+
+    ev = ms.add_parser("evaluate", help="official DuReader metric (or SQuAD 2.0 with --metric squad)")
+    ev.add_argument("data")
+    ev.add_argument("pred")
+    ev.add_argument("--tag", default=None, help="only questions whose type starts with this prefix")
+    ev.add_argument("--metric", choices=["dureader", "squad"], default="dureader")
+    ev.add_argument("--no-table", action="store_true", help="print only the official JSON line")
+    ev.set_defaults(func=_evaluate)
+
+    en = ms.add_parser("ensemble", help="predict with several models together")
+    en.add_argument("--models", nargs="+", required=True)
+    en.add_argument("--data", required=True)
+    en.add_argument("--out", required=True)
+    en.add_argument("--nbest-out", default=None)
+    en.add_argument("--mode", choices=["auto", "average", "vote"], default="auto",
+                    help="average logits (shared tokenizer; auto picks it when possible) or vote on answers")
+    en.add_argument("--no-answer-text", default="no answer")
+    _window_args(en)
+    _decode_args(en)
+    en.set_defaults(func=_ensemble)
+
+    c = ms.add_parser("compare", help="F1/EM per question type of several models and their ensemble: "
+                                      "table + PNG bar chart")
+    c.add_argument("--models", nargs="+", required=True)
+    c.add_argument("--names", nargs="+", default=None)
+    c.add_argument("--data", required=True)
+    c.add_argument("--out", required=True, help="output directory (compare.md, compare.json, compare.png)")
+    c.add_argument("--no-ensemble", action="store_true")
+    c.add_argument("--mode", choices=["auto", "average", "vote"], default="auto")
+    _window_args(c)
+    _decode_args(c)
+    c.set_defaults(func=_compare)
+
+    a = ms.add_parser("ask", help="answer one question about one passage")
+    a.add_argument("--model", required=True)
+    a.add_argument("--question", required=True)
+    a.add_argument("--passage", required=True)
+    a.add_argument("--title", default=None)
+    _window_args(a)
+    _decode_args(a)
+    a.set_defaults(func=_ask)
+
+
+def _window_args(p) -> None:
+    p.add_argument("--max-length", type=int, default=None, help="tokens per window (default: the model's "
+                                                                   "training setting, else 384)")
+    p.add_argument("--doc-stride", type=int, default=None, help="overlap (tokens) between windows (default: the "
+                                                                "model's training setting, else 128)")
+    p.add_argument("--max-query-length", type=int, default=64)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+
+
+def _decode_args(p) -> None:
+    p.add_argument("--max-answer-length", type=int, default=64, help="tokens")
+    p.add_argument("--n-best", type=int, default=20)
+    p.add_argument("--batch-size", type=int, default=32)
+
+
+def _threads(args) -> None:
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def _predictor_kw(args) -> dict:
+    return dict(max_length=args.max_length, doc_stride=args.doc_stride, max_answer_length=args.max_answer_length,
+                n_best=args.n_best, batch_size=args.batch_size, max_query_length=args.max_query_length)
+
+
+def _print_reports(reports) -> None:
+    for r in reports:
+        print(r.summary(), file=sys.stderr)
+        for msg in r.problems:
+            print(f"  {msg}", file=sys.stderr)
+        hidden = sum(r.skipped.values()) + r.answers_dropped - len(r.problems)
+        if hidden > 0:
+            print(f"  ... {hidden} more problem(s) not listed", file=sys.stderr)
+
+
+def _train(args) -> int:
+    from ..data.mrc import read_many, read_mrc, split_examples, write_squad
+    from ..tasks.mrc import load_span_model, train_mrc
+
+    _threads(args)
+    examples, reports = read_many(args.train, mode="train")
+    _print_reports(reports)
+    if args.limit:
+        examples = examples[: args.limit]
+    if args.dev:
+        dev, dev_rep = read_mrc(args.dev, mode="train")
+        _print_reports([dev_rep])
+        train, dev_name = examples, os.path.basename(args.dev)
+    else:
+        train, dev = split_examples(examples, args.dev_fraction, args.seed)
+        dev_name = "dev_heldout.json"
+        if dev:
+            write_squad(dev, os.path.join(args.out, dev_name))
+    by_src = {}
+    for ex in train:
+        by_src[ex.source] = by_src.get(ex.source, 0) + 1
+    print("training questions per source: " + ", ".join(f"{k}: {v}" for k, v in by_src.items())
+          + f"; dev questions: {len(dev)}", file=sys.stderr)
+    model = load_span_model(args.model, args.vocab, seed=args.seed)
+    tc = dict(epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size, grad_accum=args.grad_accum,
+              lr=args.lr, warmup_ratio=args.warmup_ratio, seed=args.seed, log_every=args.log_every,
+              save_every=args.save_every, keep_last=1,
+              group_by_length=True, progress=sys.stderr.isatty())
+    summary = train_mrc(model, train, args.out, dev, max_length=args.max_length or 384,
+                        doc_stride=args.doc_stride if args.doc_stride is not None else 128,
+                        max_query_length=args.max_query_length, use_title=not args.no_title,
+                        tune=args.tune_threshold, eval_limit=args.eval_limit or None, train_config=tc,
+                        dev_name=dev_name)
+    summary["sources"] = [r.to_dict() for r in reports]
+    from ..utils import atomic_write_text
+
+    atomic_write_text(os.path.join(args.out, "mrc_train_summary.json"),
+                      json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n")
+    print(json.dumps({k: v for k, v in summary.items() if k != "sources"}, ensure_ascii=False, default=str))
+    return 0
+
+
+def _write_predictions(preds: dict, nbest: dict, out: str, nbest_out) -> None:
+    from ..utils import atomic_write_text
+
+    atomic_write_text(out, json.dumps(preds, ensure_ascii=False, indent=1) + "\n")
+    nb = nbest_out or (out[:-5] if out.endswith(".json") else out) + ".nbest.json"
+    atomic_write_text(nb, json.dumps(nbest, ensure_ascii=False, indent=1) + "\n")
+    print(f"wrote {out} and {nb}", file=sys.stderr)
+
+
+def _predict_file(predictor, args) -> None:
+    from ..data.mrc import read_mrc
+    from ..tasks.mrc import predict_examples
+
+    examples, rep = read_mrc(args.data, mode="predict")
+    _print_reports([rep])
+    preds, nbest, qps = predict_examples(predictor, examples, args.no_answer_text)
+    _write_predictions(preds, nbest, args.out, args.nbest_out)
+    print(json.dumps({"questions": len(preds), "questions_per_s": round(qps, 2)}))
+
+
+def _predict(args) -> int:
+    from ..tasks.mrc import load_predictor
+
+    _threads(args)
+    _predict_file(load_predictor([args.model], **_predictor_kw(args)), args)
+    return 0
+
+
+def _ensemble(args) -> int:
+    from ..tasks.mrc import load_predictor
+
+    _threads(args)
+    pred = load_predictor(args.models, mode=args.mode, **_predictor_kw(args))
+    print(f"ensemble of {len(args.models)} models: {type(pred).__name__}", file=sys.stderr)
+    _predict_file(pred, args)
+    return 0
+
+
+def _evaluate(args) -> int:
+    if args.metric == "squad":
+        from ..evaluation.squad import evaluate_files
+
+        r = evaluate_files(args.data, args.pred)
+        for m in r.pop("problems"):
+            print(m, file=sys.stderr)
+        print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}))
+        return 0
+    from ..evaluation.dureader import evaluate_files, official_line, type_table
+
+    r = evaluate_files(args.data, args.pred, args.tag)
+    for m in r["problems"]:
+        print(m, file=sys.stderr)
+    print(official_line(r))
+    if not args.no_table:
+        print(type_table(r))
+    return 0
+
+
+def _ask(args) -> int:
+    from ..tasks.mrc import load_predictor
+
+    _threads(args)
+    pred = load_predictor([args.model], **_predictor_kw(args))
+    r = pred.predict(args.question, args.passage, args.title)
+    r["display"] = r["answer"] if r["answerable"] else "无答案"
+    print(json.dumps(r, ensure_ascii=False))
+    return 0
+
+
+def _compare(args) -> int:
+    from ..tasks.mrc_compare import compare_models
+
+    _threads(args)
+    names = args.names or [os.path.basename(os.path.normpath(m)) for m in args.models]
+    if len(names) != len(args.models):
+        from ..errors import ConfigError
+
+        raise ConfigError(f"--names gives {len(names)} names for {len(args.models)} models")
+    table = compare_models(args.models, names, args.data, args.out, ensemble=not args.no_ensemble,
+                           mode=args.mode, predictor_kw=_predictor_kw(args))
+    print(table)
+    return 0

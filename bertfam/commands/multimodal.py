@@ -1,0 +1,168 @@
+"""`bertfam multimodal ...`: VisualBERT / VideoBERT / SpeechBERT-style members (bertfam.multimodal)."""
+from __future__ import annotations
+
+import json
+
+
+def _train_args(p) -> None:
+    p.add_argument("--features", required=True, metavar="DIR", help="directory with manifest.jsonl and feature files")
+    p.add_argument("--manifest", default=None, help="manifest file (default: DIR/manifest.jsonl)")
+    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--vocab", default=None, help="vocab.txt or tokenizer directory (default: the --init model's)")
+    p.add_argument("--config", default="bert-tiny", help="preset or config JSON for a new model (default bert-tiny)")
+    p.add_argument("--init", default=None, help="start from a text checkpoint, a multimodal model or a Hugging Face "
+                   "VisualBERT directory")
+    p.add_argument("--max-length", type=int, default=None, help="text tokens per sequence")
+    p.add_argument("--eval-fraction", type=float, default=0.1, help="records held out for evaluation")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", default=None, help="resume an interrupted run (its directory or a checkpoint)")
+    for name, typ in (("epochs", float), ("max-steps", int), ("batch-size", int), ("lr", float),
+                      ("warmup-ratio", float), ("log-every", int), ("eval-every", int), ("save-every", int)):
+        p.add_argument(f"--{name}", type=typ, default=None)
+    p.add_argument("--no-progress", dest="progress", action="store_false", default=True)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    g = p.add_argument_group("speech front end (WAV files are resampled to --sample-rate)")
+    g.add_argument("--sample-rate", type=int, default=16000)
+    g.add_argument("--n-mels", type=int, default=40)
+    g.add_argument("--stack", type=int, default=4, help="log-mel frames per input vector")
+    g.add_argument("--max-frames", type=int, default=256, help="input vectors per utterance (longer audio is cut)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("multimodal", help="VisualBERT / VideoBERT / SpeechBERT-style inputs on the same encoder")
+    ms = p.add_subparsers(dest="mm_cmd", required=True)
+
+    v = ms.add_parser("vocab", help="fit and save a k-means codebook of visual words (VideoBERT)")
+    v.add_argument("--features", required=True, metavar="DIR")
+    v.add_argument("--manifest", default=None)
+    v.add_argument("--size", type=int, default=1024, help="number of visual words")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--max-samples", type=int, default=100_000, help="clip vectors used for k-means at most")
+    v.add_argument("--out", required=True, help="codebook file (.npz)")
+    v.set_defaults(func=_vocab)
+
+    t = ms.add_parser("pretrain", help="pre-train: masked LM on text + features (image, speech: + match; "
+                                       "video: cross-modal MLM over visual words)")
+    t.add_argument("--modality", choices=["image", "video", "speech"], required=True)
+    _train_args(t)
+    t.add_argument("--codebook", default=None, help="video: codebook from `bertfam multimodal vocab`")
+    t.add_argument("--mask-rate", type=float, default=0.15)
+    t.add_argument("--mismatch-prob", type=float, default=0.5, help="image/speech: share of mismatched pairs "
+                   "(0 turns the match objective off)")
+    t.set_defaults(func=_pretrain)
+
+    f = ms.add_parser("finetune", help="fine-tune: qa (spoken question over a text passage) or classify")
+    f.add_argument("--modality", choices=["image", "speech"], required=True)
+    f.add_argument("--task", choices=["qa", "classify"], required=True)
+    _train_args(f)
+    f.add_argument("--doc-stride", type=int, default=32)
+    f.set_defaults(func=_finetune)
+
+    e = ms.add_parser("eval", help="evaluate a saved multimodal model (with the shuffled-features ablation)")
+    e.add_argument("model")
+    e.add_argument("--features", required=True, metavar="DIR")
+    e.add_argument("--manifest", default=None)
+    e.add_argument("--max-length", type=int, default=128)
+    e.add_argument("--batch-size", type=int, default=32)
+    e.set_defaults(func=_eval)
+
+    c = ms.add_parser("convert", help="Hugging Face VisualBERT <-> bertfam multimodal directory")
+    c.add_argument("--to", choices=["bertfam", "hf"], default="bertfam")
+    c.add_argument("src")
+    c.add_argument("dst")
+    c.set_defaults(func=_convert)
+
+
+def _threads(args) -> None:
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def _common(args) -> dict:
+    from ..multimodal.config import AudioConfig
+
+    train = {"epochs": args.epochs, "max_steps": args.max_steps, "batch_size": args.batch_size, "lr": args.lr,
+             "warmup_ratio": args.warmup_ratio, "log_every": args.log_every, "eval_every": args.eval_every,
+             "save_every": args.save_every, "progress": args.progress, "seed": args.seed}
+    audio = AudioConfig(sample_rate=args.sample_rate, n_mels=args.n_mels, stack=args.stack, max_frames=args.max_frames)
+    kw = dict(vocab=args.vocab, config=args.config, init=args.init, manifest=args.manifest,
+              eval_fraction=args.eval_fraction, seed=args.seed, audio=audio, train=train, resume=args.resume)
+    if args.max_length:
+        kw["max_length"] = args.max_length
+    return kw
+
+
+def _report(summary: dict) -> int:
+    print(json.dumps({k: v for k, v in summary.items() if k in ("steps", "epochs", "elapsed_s", "final_eval")},
+                     indent=2))
+    return 0
+
+
+def _vocab(args) -> int:
+    from ..multimodal.train import fit_vocab
+
+    info = fit_vocab(args.features, args.out, args.size, args.manifest, args.seed, args.max_samples)
+    print(f"wrote {args.out} ({info['size']} visual words of dimension {info['dim']} over {info['clips']} clips; "
+          f"{info['unused_words']} unused)")
+    return 0
+
+
+def _pretrain(args) -> int:
+    from ..multimodal.train import pretrain
+
+    _threads(args)
+    return _report(pretrain(args.modality, args.features, args.out, codebook=args.codebook, mask_rate=args.mask_rate,
+                            mismatch_prob=args.mismatch_prob, **_common(args)))
+
+
+def _finetune(args) -> int:
+    from ..multimodal.train import finetune
+
+    _threads(args)
+    return _report(finetune(args.modality, args.task, args.features, args.out, doc_stride=args.doc_stride,
+                            **_common(args)))
+
+
+def _eval(args) -> int:
+    from ..multimodal.train import evaluate_dir
+
+    print(json.dumps(evaluate_dir(args.model, args.features, args.manifest, max_length=args.max_length,
+                                  batch_size=args.batch_size), indent=2))
+    return 0
+
+
+def _convert(args) -> int:
+    from ..multimodal import load_multimodal
+
+    model = load_multimodal(args.src)
+    if args.to == "hf":
+        from ..multimodal.hf import export_hf_visualbert
+
+        export_hf_visualbert(model, args.dst)
+    else:
+        model.save_pretrained(args.dst)
+    print(f"wrote {args.dst}")
+    return 0
+
+
+def pretrain_from_generic_args(args) -> int:
+    """`bertfam pretrain --modality M --features DIR ...`: the text pre-training command's options mapped
+    onto `bertfam multimodal pretrain` (its --model-config is our --config, --max-seq-len our --max-length)."""
+    from ..errors import ConfigError
+    from ..multimodal.config import AudioConfig
+    from ..multimodal.train import pretrain
+
+    g = lambda name, default=None: getattr(args, name, default)  # noqa: E731 (options left out are absent)
+    if not g("features") or not g("out"):
+        raise ConfigError("pretrain --modality needs --features DIR and --out DIR")
+    _threads(args)
+    train = {"epochs": g("epochs"), "max_steps": g("max_steps"), "batch_size": g("batch_size"), "lr": g("lr"),
+             "warmup_ratio": g("warmup_ratio"), "log_every": g("log_every"), "eval_every": g("eval_every"),
+             "save_every": g("save_every"), "progress": g("progress", True), "seed": g("seed")}
+    kw = {"max_length": g("max_seq_len")} if g("max_seq_len") else {}
+    return _report(pretrain(g("modality"), g("features"), g("out"), vocab=g("vocab"),
+                            config=g("model_config") or "bert-tiny", init=g("init"), codebook=g("codebook"),
+                            mask_rate=g("mask_rate") or 0.15, seed=g("seed") or 0, audio=AudioConfig(),
+                            train=train, resume=g("resume"), **kw))

@@ -1,0 +1,172 @@
+"""Pre-training commands: pretrain, pretrain-data, plot."""
+from __future__ import annotations
+
+import argparse
+import os
+
+S = argparse.SUPPRESS  # options left out do not appear, so a --config file can supply them
+
+
+def _data_args(p, masking_required: bool = False) -> None:
+    p.add_argument("--objective", choices=["bert", "roberta", "albert", "ernie"], default=S,
+                   help="bert: token+NSP; roberta: token, FULL-SENTENCES; albert: token+SOP; ernie: ERNIE+NSP")
+    p.add_argument("--pair", choices=["nsp", "sop", "none"], default=S, help="override the pair objective")
+    p.add_argument("--masking", choices=["token", "wwm", "ernie", "span"], default=S, help="override the masking")
+    p.add_argument("--corpus", nargs="+", default=S, metavar="FILE", help="text (BERT layout) / JSONL files or dirs")
+    p.add_argument("--vocab", default=S, help="vocab.txt or tokenizer directory")
+    p.add_argument("--max-seq-len", type=int, default=S)
+    p.add_argument("--short-seq-prob", type=float, default=S)
+    p.add_argument("--mask-rate", type=float, default=S)
+    p.add_argument("--ernie-mix", type=float, nargs=3, default=S, metavar=("BASIC", "PHRASE", "ENTITY"),
+                   help="probabilities of ERNIE's masking levels per sequence")
+    p.add_argument("--span-p", type=float, default=S, help="geometric parameter of span lengths (masking span)")
+    p.add_argument("--eval-every-doc", type=int, default=S, help="hold out every N-th document for evaluation")
+    p.add_argument("--eval-size", type=int, default=S, help="at most this many evaluation instances")
+    p.add_argument("--chunk-docs", type=int, default=S, help="documents per streamed chunk")
+    p.add_argument("--max-line-chars", type=int, default=S, help="longer lines are truncated with a warning")
+    p.add_argument("--text-field", default=S, help="JSONL field holding the text (default: text)")
+    p.add_argument("--seed", type=int, default=S)
+    p.add_argument("--config", default=S, metavar="RUN.json", help="run configuration (JSON or YAML); "
+                   "command-line options override it")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("pretrain", help="pre-train a BERT-family model (BERT/RoBERTa/ALBERT/ERNIE objectives)")
+    _data_args(p)
+    p.add_argument("--model-config", default=S, help="preset name or config JSON (default bert-mini)")
+    p.add_argument("--data", default=S, help="instance cache from `bertfam pretrain-data` (instead of --corpus)")
+    p.add_argument("--out", default=S, help="run directory")
+    p.add_argument("--init", default=S, help="continue pre-training from this checkpoint")
+    p.add_argument("--resume", default=S, help="resume an interrupted run (its directory or a checkpoint)")
+    for name, typ in (("epochs", float), ("max-steps", int), ("batch-size", int), ("lr", float),
+                      ("weight-decay", float), ("warmup-ratio", float), ("warmup-steps", int), ("grad-accum", int),
+                      ("max-grad-norm", float), ("save-every", int), ("keep-last", int), ("log-every", int),
+                      ("eval-every", int)):
+        p.add_argument(f"--{name}", type=typ, default=S)
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=S)
+    p.add_argument("--no-progress", dest="progress", action="store_false", default=S)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--stop-after-step", type=int, default=S, help=S)  # testing: hard exit after that checkpoint
+    p.add_argument("--modality", choices=["image", "video", "speech"], default=S,
+                   help="multimodal pre-training (= bertfam multimodal pretrain; needs --features DIR)")
+    p.add_argument("--features", default=S, metavar="DIR", help="with --modality: manifest.jsonl + feature files")
+    p.add_argument("--codebook", default=S, help="with --modality video: visual-word codebook (.npz)")
+    p.set_defaults(func=_pretrain)
+
+    p = sub.add_parser("pretrain-data", help="cache pre-training instances (static masking, dupe_factor)")
+    _data_args(p)
+    p.add_argument("--out", required=True, help="cache directory")
+    p.add_argument("--dupe-factor", type=int, default=5,
+                   help="masked copies per instance (0: unmasked, for dynamic masking at training time)")
+    p.set_defaults(func=_pretrain_data)
+
+    p = sub.add_parser("plot", help="PNG curves (loss, MLM/NSP/SOP accuracy, lr) of a training run")
+    p.add_argument("run_dir")
+    p.add_argument("--out", default=None, help="PNG path (default RUN_DIR/curves.png)")
+    p.set_defaults(func=_plot)
+
+
+_NOT_CONFIG = {"func", "command", "verbose", "config", "threads", "dupe_factor"}
+
+
+def _read_config(path: str) -> dict:
+    from ..config import read_json
+    from ..errors import ConfigError
+
+    if path.endswith((".yaml", ".yml")):
+        try:
+            import yaml
+        except ImportError:
+            raise ConfigError(f"{path}: YAML run configs need PyYAML (pip install pyyaml)") from None
+        if not os.path.isfile(path):
+            raise ConfigError(f"{path}: file not found")
+        with open(path, encoding="utf-8") as f:
+            try:
+                d = yaml.safe_load(f)
+            except yaml.YAMLError as e:
+                raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        if not isinstance(d, dict):
+            raise ConfigError(f"{path}: expected a mapping")
+        return d
+    return read_json(path)
+
+
+def _merged(args) -> dict:
+    """run config file (or the resumed run's own) < command-line options."""
+    d: dict = {}
+    resume = getattr(args, "resume", None)
+    if resume:
+        from ..config import read_json
+
+        for cand in (os.path.join(resume, "pretrain_config.json"),
+                     os.path.join(resume, "..", "..", "pretrain_config.json")):
+            if os.path.isfile(cand):
+                d.update(read_json(cand))
+                d.pop("stop_after_step", None)
+                break
+    if getattr(args, "config", None):
+        d.update(_read_config(args.config))
+    d.update({k: v for k, v in vars(args).items() if k not in _NOT_CONFIG})
+    return {k.replace("-", "_"): v for k, v in d.items()}
+
+
+def _pretrain(args) -> int:
+    if getattr(args, "modality", None):  # multimodal members: bertfam/multimodal (docs/multimodal.md)
+        from .multimodal import pretrain_from_generic_args
+
+        return pretrain_from_generic_args(args)
+    from ..pretrain import PretrainConfig, run_pretraining
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    d = _merged(args)
+    if d.get("resume") and not d.get("out"):
+        d["out"] = d["resume"]
+    pc = PretrainConfig.from_dict(d, source=getattr(args, "config", "run config"))
+    s = run_pretraining(pc)
+    print(f"pre-trained {s['steps']} steps ({s['train_instances']} instances, {s['tokens_per_s']:.0f} tokens/s); "
+          f"model in {pc.out}")
+    return 0
+
+
+def _pretrain_data(args) -> int:
+    from ..data.instance_cache import write_cache
+    from ..data.corpus import CorpusStats
+    from ..errors import ConfigError
+    from ..objectives.pipeline import check_nonempty, iter_instances, make_masker
+    from ..pretrain import PretrainConfig, load_tokenizer
+
+    d = _merged(args)
+    if args.dupe_factor < 0:
+        raise ConfigError("--dupe-factor must be >= 0")
+    pc = PretrainConfig.from_dict(d, source=getattr(args, "config", "run config"))
+    if not pc.corpus:
+        raise ConfigError("give --corpus FILES")
+    tok = load_tokenizer(pc)
+    dc = pc.data_config()
+    stats = CorpusStats()
+    counted = {"train": 0}
+
+    def items():
+        for split, ex in iter_instances(dc, tok, stats, args.dupe_factor, make_masker(dc.masking, tok)):
+            counted[split] = counted.get(split, 0) + 1
+            yield split, ex
+        check_nonempty([None] * counted["train"], dc.corpus, stats)
+
+    masking, pair = pc.resolved()
+    meta = {"objective": pc.objective, "masking": masking, "pair": pair, "max_seq_len": pc.max_seq_len,
+            "dupe_factor": args.dupe_factor, "mask_rate": pc.mask_rate, "seed": pc.seed, "corpus": list(pc.corpus)}
+    meta = write_cache(pc.out, items(), meta, static=args.dupe_factor > 0, tokenizer=tok)
+    meta["corpus_stats"] = stats.summary()
+    print(f"wrote {pc.out}: {meta['counts']['train']} training / {meta['counts']['eval']} evaluation instances "
+          f"({stats.summary()})")
+    return 0
+
+
+def _plot(args) -> int:
+    from ..plotting import plot_run
+
+    print(f"wrote {plot_run(args.run_dir, args.out)}")
+    return 0

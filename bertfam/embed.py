@@ -1,0 +1,159 @@
+"""Contextual token and sentence vectors (Google BERT's extract_features, and the ELMo contrast).
+
+`embed_texts` returns, per chosen layer (0 = embedding output, -1 = last layer), the [CLS] vector and
+the mask-aware mean of the token vectors; `embed_file` writes them to .npy (N, n_layers, H) and,
+optionally, every token's vectors to JSON lines. `word_vectors` gives the contextual vector of a
+word inside a sentence and its static input-embedding vector, for polysemy checks.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .errors import ConfigError, DataError
+from .utils import atomic_path
+
+
+def _load(model_or_dir):
+    if isinstance(model_or_dir, str):
+        from .loading import from_pretrained
+
+        return from_pretrained(model_or_dir)
+    return model_or_dir
+
+
+def _check_layers(layers: Sequence[int], n_hidden: int) -> list[int]:
+    """n_hidden = L + 1 hidden-state tensors (embeddings first)."""
+    if not layers:
+        raise ConfigError("give at least one layer")
+    out = []
+    for l in layers:
+        if not -n_hidden <= l < n_hidden:
+            raise ConfigError(f"layer {l} out of range: the model has {n_hidden - 1} layers (0 = embeddings)")
+        out.append(l % n_hidden)
+    return out
+
+
+@torch.no_grad()
+def _encode_batch(model, texts: Sequence, max_length: int):
+    tok = model.tokenizer
+    a = [t[0] if isinstance(t, tuple) else t for t in texts]
+    b = [t[1] for t in texts] if isinstance(texts[0], tuple) else None
+    enc = tok(a, b, max_length=max_length, truncation=True, padding="longest")
+    out = model.backbone(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"], output_hidden_states=True)
+    return enc, out.hidden_states  # L+1 x (B, T, H)
+
+
+def embed_texts(model_or_dir, texts: Sequence, layers: Sequence[int] = (-1,), pooling: Sequence[str] = ("cls", "mean"),
+                max_length: int = 128, batch_size: int = 32, tokens: bool = False) -> dict:
+    """{"cls": (N, n_layers, H), "mean": (N, n_layers, H), "tokens": [per text: list of (token, (n_layers, H))]}.
+    A text may be a (a, b) tuple for a pair."""
+    model = _load(model_or_dir).eval()
+    if model.tokenizer is None:
+        raise DataError("the model directory has no tokenizer")
+    for p in pooling:
+        if p not in ("cls", "mean"):
+            raise ConfigError(f"pooling {p!r} not in cls, mean")
+    if not texts:
+        raise DataError("no input text")
+    idx = _check_layers(layers, model.config.num_hidden_layers + 1)
+    res: dict = {p: [] for p in pooling}
+    if tokens:
+        res["tokens"] = []
+    for s in range(0, len(texts), batch_size):
+        enc, hs = _encode_batch(model, texts[s:s + batch_size], max_length)
+        h = torch.stack([hs[i] for i in idx], dim=1)  # (B, n_layers, T, H)
+        mask = enc["attention_mask"][:, None, :, None].to(h.dtype)  # (B, 1, T, 1)
+        if "cls" in res:
+            res["cls"].append(h[:, :, 0].numpy())
+        if "mean" in res:
+            res["mean"].append(((h * mask).sum(2) / mask.sum(2).clamp(min=1)).numpy())
+        if tokens:
+            for i in range(h.shape[0]):
+                n = int(enc["attention_mask"][i].sum())
+                toks = model.tokenizer.convert_ids_to_tokens(enc["input_ids"][i, :n].tolist())
+                res["tokens"].append(list(zip(toks, h[i, :, :n].permute(1, 0, 2).numpy())))
+    for p in pooling:
+        res[p] = np.concatenate(res[p], axis=0).astype(np.float32)
+    return res
+
+
+def read_inputs(path: str) -> list:
+    """One input per line; `a ||| b` is a pair (the extract_features convention). Blank lines skipped."""
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: input file not found")
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    items = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if " ||| " in line:
+            a, b = line.split(" ||| ", 1)
+            items.append((a.strip(), b.strip()))
+        else:
+            items.append(line.strip())
+    if not items:
+        raise DataError(f"{path}: no input line")
+    if len({isinstance(x, tuple) for x in items}) > 1:
+        raise DataError(f"{path}: mix of single texts and 'a ||| b' pairs; use one kind per file")
+    return items
+
+
+def embed_file(model_dir: str, input_path: str, out_prefix: str, layers: Sequence[int] = (-1,),
+               pooling: Sequence[str] = ("cls", "mean"), tokens: bool = False, max_length: int = 128,
+               batch_size: int = 32) -> list[str]:
+    texts = read_inputs(input_path)
+    res = embed_texts(model_dir, texts, layers, pooling or ("cls", "mean"), max_length, batch_size, tokens)
+    written = []
+    for p in pooling or ("cls", "mean"):
+        path = f"{out_prefix}.{p}.npy"
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                np.save(f, res[p])
+        written.append(path)
+    if tokens:
+        path = out_prefix + ".jsonl"
+        with atomic_path(path) as tmp:
+            with open(tmp, "w", encoding="utf-8") as f:
+                for i, toks in enumerate(res["tokens"]):
+                    feats = [{"token": t, "layers": [{"index": int(l), "values": [round(float(x), 6) for x in v[k]]}
+                                                     for k, l in enumerate(layers)]} for t, v in toks]
+                    f.write(json.dumps({"line_index": i, "features": feats}, ensure_ascii=False) + "\n")
+        written.append(path)
+    return written
+
+
+@torch.no_grad()
+def word_vectors(model, sentence: str, word: str, layer: int = -1, occurrence: int = 0) -> dict:
+    """The `occurrence`-th appearance of `word` in `sentence`: its contextual vector (mean of its
+    tokens at `layer`) and its static vector (mean of the same tokens' input-embedding rows)."""
+    tok = model.tokenizer
+    start = -1
+    for _ in range(occurrence + 1):
+        start = sentence.find(word, start + 1)
+        if start < 0:
+            raise DataError(f"{word!r} does not occur {occurrence + 1} time(s) in {sentence!r}")
+    end = start + len(word)
+    enc = tok(sentence, return_offsets_mapping=True)
+    offs = enc["offset_mapping"][0].tolist()
+    pos = [i for i, (s, e) in enumerate(offs) if e > s and s < end and e > start]
+    if not pos:
+        raise DataError(f"{word!r} has no token in {sentence!r}")
+    out = model.backbone(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"], output_hidden_states=True)
+    ctx = out.hidden_states[layer][0, pos].mean(0)  # (H,)
+    static = model.backbone.embeddings.word.weight[enc["input_ids"][0, pos]].mean(0)  # (E,)
+    return {"contextual": ctx.numpy(), "static": static.numpy(),
+            "tokens": tok.convert_ids_to_tokens(enc["input_ids"][0, pos].tolist())}
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))

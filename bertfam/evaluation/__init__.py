@@ -1,0 +1,1 @@
+"""bertfam.evaluation."""

@@ -1,0 +1,298 @@
+"""Fine-tuning, evaluation and prediction for every task in the task table (library entry points).
+
+    from bertfam.finetune import finetune, evaluate, predict
+    summary = finetune("sst2", "path/to/model", "train.tsv", "dev.tsv", "runs/sst2", epochs=3)
+
+The fine-tuned directory is a normal model directory (config.json with the task recorded in
+head.extra, weights = the best dev checkpoint, tokenizer) plus eval_results.json and
+dev_predictions.*; `evaluate`/`predict` need only that directory and a data file.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
+
+from .data.labelled import Example
+from .errors import ConfigError, DataError
+from .tasks.decoding import tags_to_spans
+from .tasks.features import FeatureBuilder, collect_labels, gold, lengths, score
+from .tasks.table import TaskSpec, custom_task, get_task
+from .utils import atomic_write_text
+
+log = logging.getLogger("bertfam")
+
+
+@dataclass
+class FinetuneOptions:
+    epochs: float = 3
+    batch_size: int = 32
+    lr: float = 5e-5
+    max_length: int = 128
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    layerwise_lr_decay: Optional[float] = None  # e.g. 0.95: lower layers learn slower
+    early_stopping_patience: Optional[int] = None  # evaluations without dev improvement
+    eval_every: int = 0  # optimizer steps; 0 = end of each epoch
+    group_by_length: bool = True
+    seed: int = 42
+    dev_ratio: float = 0.1  # carved from train when no dev file is given
+    max_train: Optional[int] = None  # use a random subset of this many training examples
+    precision: str = "auto"
+    grad_accum: int = 1
+    max_steps: Optional[int] = None
+    progress: bool = True
+    save_checkpoints: bool = True  # resumable trainer checkpoint at the end (optimizer state included)
+    save_every: int = 0  # also every N optimizer steps (to resume an interrupted run with resume=True)
+    freeze_word_embeddings: bool = False  # e.g. a 250k-row multilingual vocabulary: skip its gradients
+    kg: Optional[Sequence[str]] = None  # K-BERT knowledge graph files (.spo)
+    resume: bool = False
+
+
+# ---------------------------------------------------------------------- helpers
+def resolve_task(task: Union[str, TaskSpec]) -> TaskSpec:
+    return task if isinstance(task, TaskSpec) else get_task(task)
+
+
+def task_from_config(cfg) -> TaskSpec:
+    """The task a fine-tuned directory was trained for (recorded in config.json head.extra)."""
+    extra = cfg.head.extra or {}
+    name = extra.get("task")
+    if not name:
+        raise ConfigError("this model directory was not fine-tuned by bertfam (config.json head.extra has no "
+                          "'task'); give --task")
+    if name == "custom":
+        c = extra.get("custom") or {}
+        return custom_task(c.get("format", "tsv"), extra.get("kind", "single"), c.get("text_cols", []),
+                           c.get("label_col"), cfg.head.labels or None, c.get("header", True))
+    return get_task(name)
+
+
+def split_train_dev(examples: list, ratio: float, seed: int) -> tuple[list, list]:
+    """A seeded random dev split carved from the training examples."""
+    if not 0 < ratio < 1:
+        raise ConfigError(f"dev ratio must be in (0, 1), got {ratio}")
+    if len(examples) < 2:
+        raise DataError("need at least 2 training examples to carve a dev split")
+    idx = list(range(len(examples)))
+    random.Random(seed).shuffle(idx)
+    n_dev = max(1, int(round(len(examples) * ratio)))
+    return [examples[i] for i in sorted(idx[n_dev:])], [examples[i] for i in sorted(idx[:n_dev])]
+
+
+def _known_labels_only(examples: list, spec: TaskSpec, labels: list, what: str) -> list:
+    """Dev/test examples whose gold label the model cannot output are reported and left out."""
+    if spec.kind == "regression" or not labels:
+        return examples
+    ok = set(labels)
+    keep = [ex for ex in examples if (ex.tags is None or set(ex.tags) <= ok) and (ex.label is None or ex.label in ok)]
+    if len(keep) < len(examples):
+        log.warning("%s: %d examples have labels unseen in training and are left out", what, len(examples) - len(keep))
+    if not keep:
+        raise DataError(f"{what}: no example with a label the model knows")
+    return keep
+
+
+def _kbert_encoder(tokenizer, kg_paths, max_length):
+    if not kg_paths:
+        return None
+    from .knowledge import KBertEncoder, KnowledgeGraph
+
+    kg = KnowledgeGraph.load(list(kg_paths), max_entities=2)
+    return KBertEncoder(tokenizer, kg, max_length)
+
+
+# ---------------------------------------------------------------------- fine-tune
+def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Optional[str], out: str,
+             opts: Optional[FinetuneOptions] = None, **kw) -> dict:
+    """Fine-tune `model_dir` on `train`, select on `dev` (or a split carved from train), save to `out`."""
+    from .loading import from_pretrained
+    from .training import TrainConfig, Trainer
+
+    opts = opts or FinetuneOptions(**kw)
+    spec = resolve_task(task)
+    train_ex = spec.read(train)
+    if dev:
+        dev_ex = spec.read(dev)
+        dev_note = dev
+    else:
+        train_ex, dev_ex = split_train_dev(train_ex, opts.dev_ratio, opts.seed)
+        dev_note = f"{int(opts.dev_ratio * 100)}% carved from {os.path.basename(train)} (seed {opts.seed})"
+    if opts.max_train and len(train_ex) > opts.max_train:
+        train_ex = random.Random(opts.seed).sample(train_ex, opts.max_train)
+    _need_labels(train_ex, spec, train)
+    _need_labels(dev_ex, spec, dev or train)
+    labels = collect_labels(spec, train_ex)
+    dev_ex = _known_labels_only(dev_ex, spec, labels, dev or "dev split")
+    extra = {"task": spec.name, "kind": spec.kind, "max_length": opts.max_length,
+             "kg": list(opts.kg) if opts.kg else None}
+    if spec.family == "custom":
+        extra["custom"] = spec.extra
+    head_kw = {"labels": labels, "num_labels": max(1, len(labels)), "extra": extra}
+    model = from_pretrained(model_dir, task=spec.head, seed=opts.seed, **head_kw)
+    if opts.freeze_word_embeddings:
+        model.backbone.embeddings.word.weight.requires_grad_(False)
+    builder = FeatureBuilder(model.tokenizer, spec, labels, opts.max_length,
+                             _kbert_encoder(model.tokenizer, opts.kg, opts.max_length))
+    train_f, dev_f = builder.build(train_ex), builder.build(dev_ex)
+
+    kept: dict = {}  # predictions of the best evaluation so far (same rule as the trainer: strictly better)
+
+    def eval_fn(m) -> dict:
+        names = builder.label_names(builder.predict(m, dev_f, batch_size=2 * opts.batch_size))
+        metrics = score(spec, names, gold(dev_ex, spec))
+        if "metrics" not in kept or metrics[spec.headline] > kept["metrics"][spec.headline]:
+            kept.update(names=names, metrics=metrics)
+        return metrics
+
+    tc = TrainConfig(out_dir=out, epochs=opts.epochs, max_steps=opts.max_steps, batch_size=opts.batch_size,
+                     lr=opts.lr, weight_decay=opts.weight_decay, warmup_ratio=opts.warmup_ratio,
+                     grad_accum=opts.grad_accum, precision=opts.precision, seed=opts.seed,
+                     eval_every=opts.eval_every, layerwise_lr_decay=opts.layerwise_lr_decay,
+                     metric_for_best=spec.headline, greater_is_better=True,
+                     early_stopping_patience=opts.early_stopping_patience, group_by_length=opts.group_by_length,
+                     progress=opts.progress, save_final=opts.save_checkpoints, save_every=opts.save_every)
+    trainer = Trainer(model.train(), tc, train_f, builder.collate, eval_fn=eval_fn, lengths=lengths(train_f),
+                      tokenizer=model.tokenizer)
+    summary = trainer.train(resume_from=out if opts.resume else None)
+    best_here = "names" in kept and kept["metrics"][spec.headline] == summary["best"]  # not a resumed run's older best
+    if _keep_best(model, out) and best_here:  # the best evaluation's predictions are those of out/best
+        names, metrics = kept["names"], kept["metrics"]
+    else:
+        names = builder.label_names(builder.predict(model, dev_f, batch_size=2 * opts.batch_size))
+        metrics = score(spec, names, gold(dev_ex, spec))
+    model.save_pretrained(out)
+    write_predictions(os.path.join(out, "dev_predictions"), spec, dev_ex, names)
+    result = {"task": spec.name, "metric": spec.headline, "value": metrics[spec.headline], "metrics": metrics,
+              "n_train": len(train_ex), "n_dev": len(dev_ex), "dev": dev_note, "steps": summary["steps"],
+              "train_seconds": round(summary["elapsed_s"], 1), "best_during_training": summary["best"]}
+    atomic_write_text(os.path.join(out, "eval_results.json"), json.dumps(result, indent=2, ensure_ascii=False))
+    return result
+
+
+def _need_labels(examples: list, spec: TaskSpec, path: str) -> None:
+    unl = sum(1 for ex in examples if (ex.tags if spec.kind == "token" else ex.label) is None)
+    if unl:
+        raise DataError(f"{path}: {unl} examples have no label; training and dev files must be labelled")
+
+
+def _keep_best(model, out: str) -> bool:
+    """Load out/best (the best dev checkpoint the trainer kept) into the model."""
+    best = os.path.join(out, "best")
+    if not os.path.isdir(best):
+        return False
+    from .convert.hf import read_weights
+
+    sd, _ = read_weights(best)
+    model.load_state_dict(sd, strict=False)
+    return True
+
+
+# ---------------------------------------------------------------------- evaluate / predict
+def _load_finetuned(model_dir: str, task: Optional[str], kg: Optional[Sequence[str]], max_length: Optional[int]):
+    from .loading import from_pretrained
+
+    model = from_pretrained(model_dir)
+    spec = get_task(task) if task else task_from_config(model.config)
+    if model.task != spec.head:
+        raise ConfigError(f"{model_dir}: has a {model.task!r} head, task {spec.name} needs {spec.head!r}")
+    extra = model.config.head.extra or {}
+    L = max_length or extra.get("max_length", 128)
+    kg = kg or extra.get("kg")
+    builder = FeatureBuilder(model.tokenizer, spec, list(model.config.head.labels), L,
+                             _kbert_encoder(model.tokenizer, kg, L))
+    return model, spec, builder
+
+
+def evaluate(model_dir: str, data: str, task: Optional[str] = None, out: Optional[str] = None,
+             kg: Optional[Sequence[str]] = None, max_length: Optional[int] = None, batch_size: int = 64) -> dict:
+    model, spec, builder = _load_finetuned(model_dir, task, kg, max_length)
+    examples = spec.read(data)
+    _need_labels(examples, spec, data)
+    examples = _known_labels_only(examples, spec, builder.labels, data)
+    names = builder.label_names(builder.predict(model, builder.build(examples), batch_size))
+    metrics = score(spec, names, gold(examples, spec))
+    result = {"task": spec.name, "data": data, "n": len(examples), "metric": spec.headline,
+              "value": metrics[spec.headline], "metrics": metrics}
+    if out:
+        os.makedirs(out, exist_ok=True)
+        atomic_write_text(os.path.join(out, "eval_results.json"), json.dumps(result, indent=2, ensure_ascii=False))
+        write_predictions(os.path.join(out, "predictions"), spec, examples, names)
+    return result
+
+
+def predict(model_dir: str, data: str, out: str, task: Optional[str] = None,
+            kg: Optional[Sequence[str]] = None, max_length: Optional[int] = None, batch_size: int = 64) -> str:
+    """Predict labels for a (possibly unlabelled) file. GLUE tasks: `out/TASK.tsv` in the GLUE
+    submission format (`index\\tprediction`); others: out/predictions.tsv or .jsonl. Returns the path."""
+    model, spec, builder = _load_finetuned(model_dir, task, kg, max_length)
+    examples = spec.read(data)
+    names = builder.label_names(builder.predict(model, builder.build(examples, with_labels=False), batch_size))
+    os.makedirs(out, exist_ok=True)
+    if spec.family == "glue":
+        from .data.glue import SUBMISSION_NAME
+
+        return write_predictions(os.path.join(out, SUBMISSION_NAME[spec.name]), spec, examples, names)
+    return write_predictions(os.path.join(out, "predictions"), spec, examples, names)
+
+
+def write_predictions(stem: str, spec: TaskSpec, examples: list[Example], names: list) -> str:
+    """Sequence tasks: `stem.tsv` with `index\\tprediction` (GLUE submission layout). Token tasks:
+    `stem.jsonl` in CLUENER layout ({id, text, label: {type: {entity: [[start, end_inclusive]]}}})."""
+    if spec.kind == "token":
+        path = stem + ".jsonl"
+        lines = []
+        for ex, tags in zip(examples, names):
+            lab: dict = {}
+            for t, s, e in tags_to_spans(tags):
+                lab.setdefault(t, {}).setdefault("".join(ex.tokens[s:e]), []).append([s, e - 1])
+            lines.append(json.dumps({"id": ex.guid, "text": "".join(ex.tokens), "label": lab}, ensure_ascii=False))
+        atomic_write_text(path, "\n".join(lines) + "\n")
+        return path
+    path = stem + ".tsv"
+    fmt = (lambda v: f"{v:.3f}") if spec.kind == "regression" else str
+    rows = ["index\tprediction"] + [f"{ex.guid}\t{fmt(p)}" for ex, p in zip(examples, names)]
+    atomic_write_text(path, "\n".join(rows) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------------- GLUE
+GLUE_ORDER = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
+
+
+def run_glue(model_dir: str, glue_dir: str, out: str, opts: Optional[FinetuneOptions] = None,
+             tasks: Optional[Sequence[str]] = None) -> str:
+    """Fine-tune and evaluate every GLUE task found under glue_dir; write test submissions where a test
+    file exists; return (and save as out/results.txt) one table beside the BERT paper's numbers."""
+    from .data.glue import find_task_files
+    from .evaluation.glue import results_table
+
+    opts = opts or FinetuneOptions()
+    rows = []
+    for task in tasks or GLUE_ORDER:
+        files = find_task_files(glue_dir, get_task(task).name)
+        if "train" not in files:
+            continue
+        tdir = os.path.join(out, task)
+        r = finetune(task, model_dir, files["train"], files.get("dev"), tdir, opts)
+        note = "dev: " + (os.path.relpath(files["dev"], glue_dir) if "dev" in files else r["dev"])
+        rows.append({**r, "note": note})
+        if task == "mnli":  # the same model on the mismatched dev set
+            mm = find_task_files(glue_dir, "mnli-mm")
+            if "dev" in mm:
+                e = evaluate(tdir, mm["dev"], task="mnli-mm")
+                rows.append({"task": "mnli-mm", "metric": e["metric"], "value": e["value"], "n_train": r["n_train"],
+                             "n_dev": e["n"], "note": "dev: " + os.path.relpath(mm["dev"], glue_dir)})
+            if "test" in mm:
+                predict(tdir, mm["test"], os.path.join(out, "submission"), task="mnli-mm")
+        if "test" in files:
+            predict(tdir, files["test"], os.path.join(out, "submission"), task=task)
+    if not rows:
+        raise DataError(f"{glue_dir}: no GLUE task folder with a train file (CoLA/, SST-2/, MRPC/, ...)")
+    table = results_table(rows)
+    atomic_write_text(os.path.join(out, "results.txt"), table + "\n")
+    atomic_write_text(os.path.join(out, "results.json"), json.dumps(rows, indent=2, ensure_ascii=False))
+    return table

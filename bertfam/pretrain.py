@@ -1,0 +1,294 @@
+"""Pre-training entry point (library): BERT / RoBERTa / ALBERT / ERNIE objectives on the shared Trainer.
+
+An objective is a (masking, pair) composition: bert = token + nsp, roberta = token + none (FULL-SENTENCES,
+dynamic masking), albert = token + sop, ernie = ernie knowledge masking + nsp; `masking` and `pair`
+override either half (e.g. ERNIE masking + SOP).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .config import HeadConfig, ModelConfig, resolve_config
+from .errors import ConfigError, DataError
+from .objectives.collator import PretrainCollator
+from .objectives.masking import IGNORE, MaskingConfig
+from .objectives.pipeline import OBJECTIVES, DataConfig, build_instances, make_masker
+
+log = logging.getLogger("bertfam")
+
+
+@dataclass
+class PretrainConfig:
+    out: str = "runs/pretrain"
+    model_config: str = "bert-mini"  # preset name or JSON file (ignored with init)
+    objective: str = "bert"
+    pair: Optional[str] = None  # nsp | sop | none (default: from the objective)
+    masking: Optional[str] = None  # token | wwm | ernie | span (default: from the objective)
+    corpus: Sequence[str] = ()
+    data: Optional[str] = None  # an instance cache from `bertfam pretrain-data` (instead of corpus)
+    vocab: Optional[str] = None  # vocab.txt or tokenizer directory (default: the init checkpoint's)
+    init: Optional[str] = None  # continue pre-training this checkpoint
+    resume: Optional[str] = None  # resume an interrupted run (out dir or checkpoint dir)
+    max_seq_len: int = 128
+    short_seq_prob: float = 0.1
+    mask_rate: float = 0.15
+    ernie_mix: Sequence[float] = (0.2, 0.4, 0.4)
+    span_p: float = 0.2
+    eval_every_doc: int = 50
+    eval_size: int = 512
+    chunk_docs: int = 10_000
+    max_line_chars: int = 100_000
+    text_field: str = "text"
+    # trainer
+    epochs: float = 1
+    max_steps: Optional[int] = None
+    batch_size: int = 32
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.01
+    warmup_steps: Optional[int] = None
+    grad_accum: int = 1
+    max_grad_norm: float = 1.0
+    precision: str = "auto"
+    seed: int = 42
+    save_every: int = 0
+    keep_last: int = 2
+    log_every: int = 10
+    eval_every: int = 0
+    progress: bool = True
+    stop_after_step: Optional[int] = None  # testing: hard-exit right after this checkpoint is written
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "run config") -> "PretrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"{source}: unknown field(s) {', '.join(unknown)}")
+        return cls(**d)
+
+    def resolved(self) -> tuple[str, str]:
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"objective {self.objective!r} not in {sorted(OBJECTIVES)}")
+        m, p = OBJECTIVES[self.objective]
+        return self.masking or m, self.pair or p
+
+    def masking_config(self) -> MaskingConfig:
+        mcfg = MaskingConfig(strategy=self.resolved()[0], rate=self.mask_rate, ernie_mix=tuple(self.ernie_mix),
+                             span_p=self.span_p)
+        mcfg.validate()
+        return mcfg
+
+    def data_config(self) -> DataConfig:
+        masking, pair = self.resolved()
+        return DataConfig(corpus=list(self.corpus), pair=pair, masking=self.masking_config(),
+                          max_seq_len=self.max_seq_len, short_seq_prob=self.short_seq_prob, seed=self.seed,
+                          chunk_docs=self.chunk_docs, eval_every_doc=self.eval_every_doc, eval_size=self.eval_size,
+                          max_line_chars=self.max_line_chars, text_field=self.text_field)
+
+
+# ---------------------------------------------------------------- model + tokenizer
+def load_tokenizer(pc: PretrainConfig):
+    from .tokenization import Tokenizer
+
+    src = pc.vocab
+    if src is None and pc.data:
+        src = pc.data  # the cache carries its tokenizer
+    if src is None and pc.init:
+        src = pc.init
+    if src is None:
+        raise ConfigError("give --vocab (vocab.txt or tokenizer directory) or --init DIR with a tokenizer")
+    if os.path.isdir(src):
+        return Tokenizer.from_pretrained(src)
+    if not os.path.isfile(src):
+        raise ConfigError(f"{src}: vocabulary file not found")
+    return Tokenizer.from_vocab(src)
+
+
+def build_pretraining_model(pc: PretrainConfig, tokenizer):
+    """A fresh model from a preset / JSON, or the --init checkpoint with a pre-training head."""
+    from .loading import from_pretrained
+    from .modeling import build_model
+
+    _, pair = pc.resolved()
+    pair_obj = None if pair == "none" else pair
+    if pc.init:
+        model = from_pretrained(pc.init, task="pretraining", load_tokenizer=False, pair_objective=pair_obj)
+        cfg = model.config
+    else:
+        cfg = resolve_config(pc.model_config)
+        if not os.path.isfile(pc.model_config) and cfg.vocab_size != tokenizer.vocab_size:
+            cfg = cfg.replace(vocab_size=tokenizer.vocab_size)  # a preset follows the vocabulary
+        cfg = dataclasses.replace(cfg, head=HeadConfig(task="pretraining", pair_objective=pair_obj))
+        model = build_model(cfg, seed=pc.seed)
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise ConfigError(f"tokenizer has {tokenizer.vocab_size} entries but the model's vocab_size is "
+                          f"{cfg.vocab_size}")
+    limit = cfg.max_position_embeddings - cfg.position_offset
+    if pc.max_seq_len > limit:
+        raise ConfigError(f"max_seq_len {pc.max_seq_len} exceeds the model's {limit} positions "
+                          f"(max_position_embeddings {cfg.max_position_embeddings})")
+    model.tokenizer = tokenizer
+    return model.train()
+
+
+# ---------------------------------------------------------------- metrics
+def _masked(out, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits (N, V), targets (N,)) over the predicted positions."""
+    labels = batch["labels"]
+    mp = batch.get("masked_positions")
+    if mp is not None:
+        return out.logits, labels[mp]
+    sel = labels.ne(IGNORE)
+    return out.logits[sel], labels[sel]
+
+
+def step_metrics(out, batch) -> dict:
+    logits, targets = _masked(out, batch)
+    m = {"mlm_acc": float((logits.argmax(-1) == targets).float().mean()) if len(targets) else 0.0}
+    if out.pair_logits is not None and "pair_labels" in batch:
+        m["pair_acc"] = float((out.pair_logits.argmax(-1) == batch["pair_labels"]).float().mean())
+    return m
+
+
+def make_eval_fn(eval_set, collate, batch_size: int):
+    """MLM loss / accuracy / perplexity and NSP/SOP accuracy on the (statically masked) held-out slice."""
+
+    def evaluate(model) -> dict:
+        device = next(model.parameters()).device
+        nll = hits = n = pair_hits = pair_n = 0.0
+        for s in range(0, len(eval_set), batch_size):
+            batch = collate([eval_set[i] for i in range(s, min(s + batch_size, len(eval_set)))])
+            batch = {k: v.to(device) for k, v in batch.items()}
+            out = model(**batch)
+            logits, targets = _masked(out, batch)
+            nll += float(F.cross_entropy(logits.float(), targets, reduction="sum"))
+            hits += float((logits.argmax(-1) == targets).sum())
+            n += len(targets)
+            if out.pair_logits is not None:
+                pair_hits += float((out.pair_logits.argmax(-1) == batch["pair_labels"]).sum())
+                pair_n += len(batch["pair_labels"])
+        loss = nll / max(n, 1)
+        m = {"mlm_loss": loss, "mlm_ppl": math.exp(min(loss, 50.0)), "mlm_acc": hits / max(n, 1)}
+        if pair_n:
+            m["pair_acc"] = pair_hits / pair_n
+        return m
+
+    return evaluate
+
+
+# ---------------------------------------------------------------- data
+def load_data(pc: PretrainConfig, tokenizer, masker):
+    """(train dataset, eval dataset or None, lengths)."""
+    if pc.data:
+        from .data.instance_cache import InstanceCache, load_split, read_meta
+
+        meta = read_meta(pc.data)
+        masking, pair = pc.resolved()
+        if meta.get("pair") != pair:
+            raise ConfigError(f"{pc.data}: cache was built for pair objective {meta.get('pair')!r}, not {pair!r}")
+        if meta.get("max_seq_len", 0) > pc.max_seq_len:
+            raise ConfigError(f"{pc.data}: cache has max_seq_len {meta.get('max_seq_len')} > {pc.max_seq_len}")
+        train = InstanceCache(pc.data, "train")
+        if len(train) == 0:
+            raise DataError(f"{pc.data}: the cache holds no training instances")
+        return train, load_split(pc.data, "eval"), train.lengths()
+    if not pc.corpus:
+        raise ConfigError("give --corpus FILES (or --data CACHE_DIR)")
+    train, held, _ = build_instances(pc.data_config(), tokenizer, masker)
+    return train, held or None, [len(ex["input_ids"]) for ex in train]
+
+
+# ---------------------------------------------------------------- run
+def run_pretraining(pc: PretrainConfig) -> dict:
+    from .training import TrainConfig, Trainer
+
+    masking, pair = pc.resolved()
+    tokenizer = load_tokenizer(pc)
+    model = build_pretraining_model(pc, tokenizer)
+    masker = make_masker(pc.masking_config(), tokenizer, model.config.vocab_size)
+    train, held, lengths = load_data(pc, tokenizer, masker)
+    collate = PretrainCollator(masker, tokenizer.pad_token_id, pair=pair != "none")
+    tc = TrainConfig(out_dir=pc.out, epochs=pc.epochs, max_steps=pc.max_steps, batch_size=pc.batch_size, lr=pc.lr,
+                     weight_decay=pc.weight_decay, warmup_ratio=pc.warmup_ratio, warmup_steps=pc.warmup_steps,
+                     grad_accum=pc.grad_accum, max_grad_norm=pc.max_grad_norm, precision=pc.precision, seed=pc.seed,
+                     save_every=pc.save_every, keep_last=pc.keep_last, log_every=pc.log_every,
+                     eval_every=pc.eval_every, progress=pc.progress)
+    eval_fn = make_eval_fn(held, collate, pc.batch_size) if held is not None else None
+    cls = _StopAfterTrainer if pc.stop_after_step else Trainer
+    trainer = cls(model, tc, train, collate, eval_fn=eval_fn, lengths=lengths, step_metrics_fn=step_metrics,
+                  tokenizer=tokenizer)
+    trainer.stop_after_step = pc.stop_after_step
+    _write_run_config(pc, trainer)
+    log.info("pre-training %s (masking %s, pair %s): %d instances, %s parameters", pc.objective, masking, pair,
+             len(train), f"{model.num_parameters()['total']:,}")
+    summary = trainer.train(resume_from=pc.resume)
+    summary.update(train_instances=len(train), eval_instances=len(held) if held is not None else 0)
+    return summary
+
+
+def _write_run_config(pc: PretrainConfig, trainer) -> None:
+    import json
+
+    from .utils import atomic_write_text
+
+    if trainer.is_main:
+        d = dataclasses.asdict(pc)
+        d["corpus"] = list(d["corpus"])
+        atomic_write_text(os.path.join(pc.out, "pretrain_config.json"), json.dumps(d, indent=2, ensure_ascii=False))
+
+
+try:  # the trainer is imported lazily elsewhere; this subclass only exists for kill-and-resume testing
+    from .training import Trainer as _Trainer
+
+    class _StopAfterTrainer(_Trainer):
+        """Hard-exits (like SIGKILL: no cleanup) right after the checkpoint of `stop_after_step`."""
+
+        stop_after_step: Optional[int] = None
+
+        def save_checkpoint(self):
+            path = super().save_checkpoint()
+            if self.stop_after_step is not None and self.state["step"] >= self.stop_after_step:
+                os._exit(137)
+            return path
+except ImportError:  # pragma: no cover
+    _StopAfterTrainer = None
+
+
+# ---------------------------------------------------------------- showing predictions
+def fill_mask_examples(model, tokenizer, sentences: Sequence[str], masking: str = "ernie", seed: int = 0,
+                       rate: float = 0.15, top_k: int = 3) -> list[dict]:
+    """Mask each sentence with `masking` (always [MASK], no random/keep) and report the model's guesses."""
+    from .objectives.masking import Masker, describe_masking
+    from .objectives.pipeline import SEGMENTATION_FOR
+    from .objectives.segment import SentenceEncoder
+
+    mcfg = MaskingConfig(strategy=masking, rate=rate, mask_prob=1.0, random_prob=0.0)
+    masker = Masker(mcfg, model.config.vocab_size, tokenizer.mask_token_id, tokenizer.all_special_ids)
+    enc = SentenceEncoder(tokenizer, SEGMENTATION_FOR[masking], max_tokens=model.config.max_position_embeddings - 2)
+    rng = np.random.default_rng(seed)
+    model.eval()
+    out = []
+    for s, (ids, flags) in zip(sentences, enc.encode_batch(list(sentences))):
+        ids = np.concatenate([[tokenizer.cls_token_id], ids, [tokenizer.sep_token_id]]).astype(np.int64)
+        flags = np.concatenate([[0], flags, [0]]).astype(np.uint8)
+        units, level = masker.choose(ids, flags, rng)
+        masked, labels = masker.apply(ids, units, rng)
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([masked])).logits[0]  # (T, V)
+        pos = np.flatnonzero(labels != IGNORE)
+        top = logits[pos].topk(top_k, dim=-1).indices.tolist()
+        toks = tokenizer.convert_ids_to_tokens(ids[1:-1])
+        out.append({"sentence": s, "level": level, "masked": describe_masking(toks, [(b - 1, e - 1) for b, e in units]),
+                    "targets": tokenizer.convert_ids_to_tokens(ids[pos]),
+                    "predictions": [tokenizer.convert_ids_to_tokens(t) for t in top],
+                    "correct": int(sum(t[0] == g for t, g in zip(top, ids[pos])))})
+    return out

@@ -1,0 +1,10 @@
+"""Serving: predictors per task, dynamic batching, the FastAPI app (`bertfam serve`)."""
+from .predictors import InputError  # noqa: F401
+from .service import Limits, Service  # noqa: F401
+
+
+def create_app(service):
+    """The FastAPI app for a Service (imported lazily: fastapi is the [serve] extra)."""
+    from .app import create_app as _create
+
+    return _create(service)

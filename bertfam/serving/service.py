@@ -1,0 +1,112 @@
+"""The models behind the HTTP API: which model serves which endpoint, with one batcher per endpoint."""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+from dataclasses import asdict, dataclass
+from typing import Optional, Sequence
+
+from ..errors import ConfigError
+from .batching import DynamicBatcher
+from .predictors import ENDPOINT_OF_TASK, PREDICTOR_OF_ENDPOINT, MRCServingPredictor, Predictor
+
+log = logging.getLogger("bertfam")
+
+
+@dataclass
+class Limits:
+    """Request limits (each one is a `bertfam serve` flag)."""
+
+    max_body_bytes: int = 1 << 20  # whole request body
+    max_texts: int = 64  # items in a list body, or texts in an embed body
+    max_passage_chars: int = 20000  # any one text field; longer passages than the model window are windowed
+    timeout_s: float = 30.0  # per request, queueing included
+    max_batch: int = 32  # items per model call
+    batch_wait_ms: float = 5.0  # how long the first item of a batch waits for company
+    max_queue: int = 4096  # items waiting per endpoint before 429
+
+    def validate(self) -> "Limits":
+        for name, v in asdict(self).items():
+            if v < 0 or (v == 0 and name != "batch_wait_ms"):
+                raise ConfigError(f"serve: --{name.replace('_', '-')} must be positive, got {v}")
+        return self
+
+
+@dataclass
+class Route:
+    endpoint: str
+    model_name: str
+    predictor: Predictor
+    batcher: DynamicBatcher
+
+
+class Service:
+    """models: (name, model) pairs. Each head task gives its endpoint (first model wins when two share
+    one); embed uses an encoder-only model if one is loaded, else the first model's backbone."""
+
+    def __init__(self, models: Sequence[tuple[str, object]], limits: Optional[Limits] = None,
+                 mrc_max_length: Optional[int] = None, mrc_doc_stride: Optional[int] = None):
+        if not models:
+            raise ConfigError("serve: give at least one --model")
+        self.limits = (limits or Limits()).validate()
+        self.models = [{"name": n, "task": m.task, "endpoints": []} for n, m in models]
+        self.routes: dict[str, Route] = {}
+        self._executors = []
+        encoders = [i for i, (_, m) in enumerate(models) if m.task is None]
+        embed_owner = encoders[0] if encoders else 0
+        for k, ((name, model), info) in enumerate(zip(models, self.models)):
+            ex = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{name}")
+            self._executors.append(ex)  # one thread per model: its calls run in turn, the event loop stays free
+            wanted = [ENDPOINT_OF_TASK[model.task]] if model.task in ENDPOINT_OF_TASK else []
+            if k == embed_owner:
+                wanted.append("embed")
+            for ep in wanted:
+                if ep in self.routes:
+                    log.warning("serve: %s already served by %s; %s not used for it", ep,
+                                self.routes[ep].model_name, name)
+                    continue
+                self.routes[ep] = self._route(ep, name, model, ex, mrc_max_length, mrc_doc_stride)
+                info["endpoints"].append(ep)
+
+    def _route(self, ep: str, name: str, model, executor, mrc_max_length, mrc_doc_stride) -> Route:
+        if ep == "mrc":
+            pred = MRCServingPredictor(model, mrc_max_length, mrc_doc_stride)
+        else:
+            pred = PREDICTOR_OF_ENDPOINT[ep](model)
+        lim = self.limits
+        batcher = DynamicBatcher(pred.predict_batch, executor, lim.max_batch, lim.batch_wait_ms, lim.max_queue,
+                                 name=f"{ep}@{name}")
+        return Route(ep, name, pred, batcher)
+
+    @classmethod
+    def from_dirs(cls, paths: Sequence[str], limits: Optional[Limits] = None, **kw) -> "Service":
+        from ..loading import from_pretrained
+
+        models, seen = [], set()
+        for p in paths:
+            model = from_pretrained(p)
+            if model.tokenizer is None:
+                raise ConfigError(f"{p}: no tokenizer (vocab.txt or tokenizer.json) in the model directory")
+            name = os.path.basename(os.path.normpath(p)) or p
+            while name in seen:
+                name += "_"
+            seen.add(name)
+            models.append((name, model))
+        return cls(models, limits, **kw)
+
+    def describe(self) -> dict:
+        return {"status": "ok", "models": self.models,
+                "endpoints": {ep: r.model_name for ep, r in self.routes.items()},
+                "limits": asdict(self.limits),
+                "batching": {ep: {"batches": r.batcher.batches, "items": r.batcher.items}
+                             for ep, r in self.routes.items()}}
+
+    async def close(self) -> None:
+        """Stop the batch workers (they restart on the next request, e.g. a second app lifespan)."""
+        for r in self.routes.values():
+            await r.batcher.close()
+
+    def shutdown(self) -> None:
+        for ex in self._executors:
+            ex.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,237 @@
+"""Examples -> model features -> batches, and model outputs -> predictions, for every task kind.
+
+Sequence tasks: [CLS] a [SEP] (b [SEP]) truncated longest-first to max_length; batches padded to their
+longest member (dynamic padding). Token tasks: each character (unit) is one pre-tokenized word; its
+first piece carries the tag, other pieces and specials -100; characters cut off by max_length (or that
+tokenize to nothing) are predicted "O". With a K-BERT encoder, features carry soft position_ids and
+the (T, T) visible matrix, passed to the model as a (B, T, T) attention_mask; injected tokens get -100.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..data.labelled import Example
+from ..errors import DataError
+from .table import TaskSpec
+
+log = logging.getLogger("bertfam")
+IGNORE = -100
+PREFIX_ORDER = {"B": 0, "I": 1, "M": 2, "E": 3, "S": 4}
+
+
+def collect_labels(spec: TaskSpec, examples: Sequence[Example]) -> list[str]:
+    """The task's fixed labels, else those seen in the training file (token tags: O first, then by type)."""
+    if spec.kind == "regression":
+        return []
+    if spec.labels:
+        return list(spec.labels)
+    if spec.kind == "token":
+        tags = {t for ex in examples for t in (ex.tags or [])} | {"O"}
+        return ["O"] + sorted(tags - {"O"}, key=lambda t: (t[2:], PREFIX_ORDER.get(t[0], 9)))
+    return sorted({str(ex.label) for ex in examples if ex.label is not None})
+
+
+class FeatureBuilder:
+    def __init__(self, tokenizer, spec: TaskSpec, labels: list[str], max_length: int = 128, kbert=None):
+        if tokenizer is None:
+            raise DataError("the model directory has no tokenizer (tokenizer.json or vocab.txt)")
+        self.tok, self.spec, self.labels, self.max_length, self.kbert = tokenizer, spec, labels, max_length, kbert
+        self.label_id = {l: i for i, l in enumerate(labels)}
+        self.truncated = 0
+        self._pretok = None
+
+    # ------------------------------------------------------------------ building
+    def build(self, examples: Sequence[Example], with_labels: bool = True) -> list[dict]:
+        if self.spec.kind == "token":
+            feats = self._token_features(examples, with_labels)
+        else:
+            feats = self._sequence_features(examples, with_labels)
+        if self.truncated:
+            log.info("%d of %d examples truncated to %d tokens", self.truncated, len(examples), self.max_length)
+        return feats
+
+    def _label(self, ex: Example, with_labels: bool):
+        if not with_labels or ex.label is None:
+            return None
+        if self.spec.kind == "regression":
+            return float(ex.label)
+        if ex.label not in self.label_id:
+            raise DataError(f"{ex.source}: label {ex.label!r} not among the model's labels {self.labels}")
+        return self.label_id[ex.label]
+
+    def _sequence_features(self, examples, with_labels) -> list[dict]:
+        feats = []
+        if self.kbert is not None:
+            for ex in examples:
+                e = self.kbert.encode(ex.text_a, ex.text_b)
+                feats.append({"enc": e, "labels": self._label(ex, with_labels), "length": len(e["input_ids"])})
+            return feats
+        for s in range(0, len(examples), 2048):  # the Rust tokenizer batches in parallel
+            chunk = examples[s:s + 2048]
+            pairs = [ex.text_b for ex in chunk] if chunk[0].text_b is not None else None
+            if pairs is not None and any(p is None for p in pairs):
+                raise DataError(f"{chunk[0].source}: a pair task needs two texts in every example")
+            enc = self.tok([ex.text_a for ex in chunk], pairs, max_length=self.max_length, truncation=True,
+                           padding=False, return_tensors=None)
+            for ex, ids, tt, e in zip(chunk, enc["input_ids"], enc["token_type_ids"], enc.encodings):
+                self.truncated += bool(e.overflowing)
+                feats.append({"input_ids": ids, "token_type_ids": tt, "labels": self._label(ex, with_labels),
+                              "length": len(ids)})
+        return feats
+
+    def _pretokenizer(self):
+        """A private copy of the Rust tokenizer without truncation state (we cut token lists ourselves)."""
+        if self._pretok is None:
+            from tokenizers import Tokenizer as HFTokenizer
+
+            self._pretok = HFTokenizer.from_str(self.tok.backend.to_str())
+            self._pretok.no_truncation()
+            self._pretok.no_padding()
+        return self._pretok
+
+    def _tag_ids(self, ex: Example, with_labels: bool) -> Optional[list]:
+        if not with_labels or ex.tags is None:
+            return None
+        bad = [t for t in ex.tags if t not in self.label_id]
+        if bad:
+            raise DataError(f"{ex.source}: tag {bad[0]!r} not among the model's tags")
+        return [self.label_id[t] for t in ex.tags]
+
+    def _token_features(self, examples, with_labels) -> list[dict]:
+        feats = []
+        if self.kbert is not None:
+            for ex in examples:
+                e = self.kbert.encode(list(ex.tokens))
+                src = e["source_index"]
+                feats.append(self._align(ex, src, with_labels, {"enc": e}))
+            return feats
+        tok = self._pretokenizer()
+        for s in range(0, len(examples), 2048):
+            chunk = examples[s:s + 2048]
+            encs = tok.encode_batch([list(ex.tokens) for ex in chunk], is_pretokenized=True)
+            for ex, e in zip(chunk, encs):
+                ids, tt, src = _drop_bare_markers(e)
+                if len(ids) > self.max_length:  # keep [CLS] ... and close with [SEP]
+                    self.truncated += 1
+                    ids = ids[:self.max_length - 1] + [ids[-1]]
+                    tt = tt[:self.max_length]
+                    src = src[:self.max_length - 1] + [-1]
+                feats.append(self._align(ex, src, with_labels, {"input_ids": ids, "token_type_ids": tt}))
+        return feats
+
+    def _align(self, ex: Example, src: list, with_labels: bool, feat: dict) -> dict:
+        """Tag of a character on its first token; -100 elsewhere. first[j] = token of character j (-1: none)."""
+        n = len(ex.tokens)
+        first = [-1] * n
+        for ti, j in enumerate(src):
+            if 0 <= j < n and first[j] < 0:
+                first[j] = ti
+        tag_ids = self._tag_ids(ex, with_labels)
+        labels = None
+        if tag_ids is not None:
+            labels = [IGNORE] * len(src)
+            for j, ti in enumerate(first):
+                if ti >= 0:
+                    labels[ti] = tag_ids[j]
+        feat.update(labels=labels, first=first, length=len(src))
+        return feat
+
+    # ------------------------------------------------------------------ batching
+    def collate(self, feats: Sequence[dict]) -> dict:
+        """Model kwargs: input_ids/token_type_ids (B, T), attention_mask (B, T) or (B, T, T), labels."""
+        if self.kbert is not None:
+            batch = self.kbert.collate([f["enc"] for f in feats])
+        else:
+            T = max(f["length"] for f in feats)
+            B = len(feats)
+            batch = {"input_ids": torch.full((B, T), self.tok.pad_token_id, dtype=torch.long),
+                     "token_type_ids": torch.zeros((B, T), dtype=torch.long),
+                     "attention_mask": torch.zeros((B, T), dtype=torch.long)}
+            for i, f in enumerate(feats):
+                n = f["length"]
+                batch["input_ids"][i, :n] = torch.tensor(f["input_ids"])
+                batch["token_type_ids"][i, :n] = torch.tensor(f["token_type_ids"])
+                batch["attention_mask"][i, :n] = 1
+        if feats[0]["labels"] is not None:
+            batch["labels"] = self._collate_labels(feats, batch["input_ids"].shape[1])
+        return batch
+
+    def _collate_labels(self, feats, T: int) -> torch.Tensor:
+        if self.spec.kind == "token":
+            lab = torch.full((len(feats), T), IGNORE, dtype=torch.long)  # (B, T)
+            for i, f in enumerate(feats):
+                lab[i, :len(f["labels"])] = torch.tensor(f["labels"])
+            return lab
+        dtype = torch.float32 if self.spec.kind == "regression" else torch.long
+        return torch.tensor([f["labels"] for f in feats], dtype=dtype)  # (B,)
+
+    # ------------------------------------------------------------------ inference
+    @torch.no_grad()
+    def predict(self, model, feats: Sequence[dict], batch_size: int = 64) -> list:
+        """Per feature: class id / score / list of tag ids over the characters (no labels needed)."""
+        device = next(model.parameters()).device
+        was = model.training
+        model.eval()
+        order = sorted(range(len(feats)), key=lambda i: -feats[i]["length"])  # little padding
+        out: list = [None] * len(feats)
+        for s in range(0, len(order), batch_size):
+            idx = order[s:s + batch_size]
+            batch = self.collate([dict(feats[i], labels=None) for i in idx])
+            batch = {k: v.to(device) for k, v in batch.items()}
+            logits = model(**batch).logits.float().cpu()
+            for k, i in enumerate(idx):
+                out[i] = self._decode_one(logits[k], feats[i])
+        model.train(was)
+        return out
+
+    def _decode_one(self, logits: torch.Tensor, feat: dict):
+        if self.spec.kind == "regression":
+            return float(logits.reshape(-1)[0])
+        if self.spec.kind == "token":
+            tok_pred = logits.argmax(-1).tolist()  # (T,)
+            o = self.label_id.get("O", 0)  # characters without a token are predicted O
+            return [tok_pred[ti] if ti >= 0 else o for ti in feat["first"]]
+        return int(logits.argmax(-1))
+
+    def label_names(self, preds: list) -> list:
+        if self.spec.kind == "regression":
+            return preds
+        if self.spec.kind == "token":
+            return [[self.labels[i] for i in p] for p in preds]
+        return [self.labels[i] for i in preds]
+
+
+def lengths(feats: Sequence[dict]) -> list[int]:
+    return [f["length"] for f in feats]
+
+
+def gold(examples: Sequence[Example], spec: TaskSpec) -> list:
+    return [ex.tags for ex in examples] if spec.kind == "token" else [ex.label for ex in examples]
+
+
+def score(spec: TaskSpec, pred_names: list, golds: list) -> dict:
+    """The task's metrics on label names (or scores)."""
+    from ..evaluation.metrics import METRICS
+
+    fn = METRICS[spec.metric]
+    if spec.metric == "f1":
+        return fn(pred_names, golds, positive=spec.positive)
+    if spec.metric == "corr":
+        return fn(np.asarray(pred_names, dtype=float), np.asarray(golds, dtype=float))
+    return fn(pred_names, golds)
+
+
+def _drop_bare_markers(e) -> tuple[list, list, list]:
+    """(ids, type ids, source character per token) of a pre-tokenized encoding. SentencePiece
+    tokenizers (XLM-R, e5) turn every pre-split character into a bare word-start marker `▁` plus the
+    character; the marker is dropped when its word has another piece, so the character's own piece
+    carries the tag and sequences are half as long (and read like running Chinese text)."""
+    toks, words = e.tokens, e.word_ids
+    keep = [i for i in range(len(toks))
+            if not (toks[i] == "\u2581" and words[i] is not None and i + 1 < len(toks) and words[i + 1] == words[i])]
+    return ([e.ids[i] for i in keep], [e.type_ids[i] for i in keep],
+            [words[i] if words[i] is not None else -1 for i in keep])

