@@ -192,6 +192,7 @@ def worker_time(args) -> dict:
     for e in engines:  # warm-up
         for b in batches:
             fns[e](b)
+    gflops = []
     for r in range(args.reps):
         order = engines[r % len(engines):] + engines[:r % len(engines)]
         for e in order:
@@ -200,9 +201,24 @@ def worker_time(args) -> dict:
             for b in batches:
                 fns[e](b)
             times[e].append(time.perf_counter() - t0)
-    return {"times": times, "real_tokens": real_tokens(batches),
+        gflops.append(matmul_gflops())  # the ceiling under this repetition's load
+    return {"times": times, "real_tokens": real_tokens(batches), "ceiling": statistics.median(gflops),
             "padded_tokens": int(sum(b["input_ids"].numel() for b in batches)),
             "flops": model_flops(cfg, batches, kind == "train")}
+
+
+def matmul_gflops(m: int = 1024, k: int = 768, n: int = 3072, reps: int = 5) -> float:
+    """fp32 GFLOP/s of one BERT-shaped matmul (FFN input), median of `reps`."""
+    import torch
+
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    a @ b
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ b
+        ts.append(time.perf_counter() - t0)
+    return 2 * m * k * n / statistics.median(ts) / 1e9
 
 
 def worker_memory(args) -> dict:
@@ -224,9 +240,33 @@ def worker_memory(args) -> dict:
     if kind == "train":
         batches = mlm_batches(batches, cfg.vocab_size)
     fn = load_engine(args.engines, kind, d)
+    load_peak = vm_hwm_mb()
+    reset_hwm = reset_peak()
     for b in batches:
         fn(b)
-    return {"peak_mb": peak_mb(), "import_rss_mb": base}
+    # resetting VmHWM also resets ru_maxrss, so the overall peak is the larger of the two phases
+    out = {"peak_mb": max(peak_mb(), load_peak), "import_rss_mb": base, "load_peak_mb": load_peak}
+    if reset_hwm:  # the peak while running, loading excluded (the model's weights are still resident)
+        out["run_peak_mb"] = vm_hwm_mb()
+    return out
+
+
+def vm_hwm_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def reset_peak() -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) of this process; False where not allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def worker_ceiling(args) -> dict:
@@ -339,7 +379,13 @@ def main() -> int:
     ap.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--case", help=argparse.SUPPRESS)
+    ap.add_argument("--render", metavar="JSON", help="only re-write the .md/.png from a results JSON")
     args = ap.parse_args()
+    if args.render:
+        with open(args.render) as f:
+            results = json.load(f)
+        write_outputs(results, args, final=results.get("complete", True))
+        return 0
     if args.worker:
         print("RESULT " + json.dumps(WORKERS[args.worker](args)), flush=True)
         return 0
@@ -365,10 +411,11 @@ def main() -> int:
         for case in args.cases.split(","):
             t = run_worker(args, "time", model=mname, case=case, engines=args.engines)
             row = {"real_tokens": t["real_tokens"], "padded_tokens": t["padded_tokens"], "flops": t["flops"],
-                   "engines": {}}
+                   "ceiling": t["ceiling"], "engines": {}}
             for e, ts in t["times"].items():
                 s = summarize(ts, t["real_tokens"])
-                s["fraction_of_ceiling"] = t["flops"] / statistics.median(ts) / 1e9 / ceiling["ceiling"]
+                # against the ceiling measured between this case's repetitions (the load drifts between cases)
+                s["fraction_of_ceiling"] = t["flops"] / statistics.median(ts) / 1e9 / t["ceiling"]
                 if not args.no_memory:
                     s.update(run_worker(args, "memory", model=mname, case=case, engines=e))
                 row["engines"][e] = s
@@ -412,7 +459,8 @@ def markdown(results: dict) -> str:
         "# Benchmarks: bertfam vs Hugging Face transformers (CPU)", "",
         "Produced by `benchmarks/encoder_throughput.py` in one run "
         f"({results['minutes']:.0f} min); {env['cpu']}, {env['cores']} cores, {env['threads']} threads for every "
-        f"engine, idle threads {env['idle_threads']}; torch {env['torch']}, transformers {env['transformers']}, onnxruntime {env['onnxruntime']}. "
+        f"engine, idle threads {env['idle_threads']}; torch {env['torch']}, transformers {env['transformers']}, "
+        f"onnxruntime {env['onnxruntime']}. "
         f"Load average {la['start'][0]:.1f} at start, {la['end'][0]:.1f} at end: "
         + ("**the machine was shared with other jobs, so absolute numbers are low and noisy; the ratios "
            "(engines interleaved within each case) are what this run shows.**"
@@ -421,10 +469,17 @@ def markdown(results: dict) -> str:
           else []),
         f"fp32 matmul ceiling measured in this run (torch): **{c['ceiling']:.1f} GFLOP/s** ("
         + ", ".join(f"{k}: {v:.1f}" for k, v in c["gflops"].items()) + ").", "",
+        *(["**% ceiling above 100 %: this run divided by the ceiling measured once at its start, under more load "
+           "than the later cases saw; read those columns as relative only.** (Newer runs measure the ceiling "
+           "between the repetitions of every case.)", ""]
+          if any(s["fraction_of_ceiling"] > 1 and "ceiling" not in row for m in results["models"].values()
+                 for row in m["cases"].values() for s in row["engines"].values()) else []),
         "Throughput = real (non-padding) tokens per second, median of "
         f"{results['args']['reps']} repetitions after a warm-up, [min-max] beside it; ×HF = ratio to transformers; "
-        "% ceiling = useful model FLOP/s (real tokens only) over the matmul ceiling; peak RSS = ru_maxrss of a "
-        "separate process running that engine alone on the case (growth over the RSS after imports in brackets).",
+        "% ceiling = useful model FLOP/s (real tokens only) over the matmul ceiling (GFLOP/s of a 1024x768x3072 "
+        "matmul measured between the case's repetitions, shown after the case name); peak RSS = ru_maxrss of a "
+        "separate process running that engine alone on the case, loading included (growth over the RSS after "
+        "imports in brackets); peak running = the peak RSS (VmHWM) while running the case, reset after loading.",
         "",
     ]
     for mname, m in results["models"].items():
@@ -432,15 +487,19 @@ def markdown(results: dict) -> str:
         lines += [f"## {mname} ({p['params_m']:.1f}M parameters, 21128 vocab)", "",
                   f"Same weights: max |difference| of last_hidden_state from transformers on real tokens: "
                   f"bertfam {p['diff_bertfam_vs_hf']:.1e}, onnxruntime {p['diff_onnx_vs_hf']:.1e}.", "",
-                  "| case | engine | tokens/s | spread | ×HF | % ceiling | peak RSS MB (growth) |",
-                  "|---|---|---:|---:|---:|---:|---:|"]
+                  "| case | engine | tokens/s | spread | ×HF | % ceiling | peak RSS MB (growth) "
+                  "| peak running MB |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
         for case, row in m["cases"].items():
             hf = row["engines"].get("transformers", {}).get("median")
+            label = f"{case} ({row['ceiling']:.0f} GF/s)" if "ceiling" in row else case
             for e, s in row["engines"].items():
                 ratio = f"{s['median'] / hf:.2f}" if hf else "-"
-                mem = (f"{s['peak_mb']:.0f} ({s['peak_mb'] - s['import_rss_mb']:.0f})" if "peak_mb" in s else "-")
-                lines.append(f"| {case} | {e} | {s['median']:.0f} | {s['min']:.0f}-{s['max']:.0f} | {ratio} | "
-                             f"{100 * s['fraction_of_ceiling']:.0f} % | {mem} |")
+                peak = max(s.get("peak_mb", 0), s.get("load_peak_mb", 0))
+                mem = f"{peak:.0f} ({peak - s['import_rss_mb']:.0f})" if "peak_mb" in s else "-"
+                run = f"{s['run_peak_mb']:.0f}" if "run_peak_mb" in s else "-"
+                lines.append(f"| {label} | {e} | {s['median']:.0f} | {s['min']:.0f}-{s['max']:.0f} | {ratio} | "
+                             f"{100 * s['fraction_of_ceiling']:.0f} % | {mem} | {run} |")
         lines.append("")
     sc = results["args"]["scale"]
     sizes = "; ".join(f"{c}: {n} x batch {max(1 if lo == hi else 2, round(B * sc))}"
@@ -498,10 +557,12 @@ def plot(results: dict, path: str) -> None:
             for x, y in zip(xs, ys):
                 ax.text(x, y + 0.03, f"{y:.2f}", ha="center", fontsize=8)
         ax.axhline(1.0, color="gray", lw=1, ls="--", label="transformers = 1")
+        top = max([b.get_height() for b in ax.patches] + [1.0])
+        ax.set_ylim(0, top * 1.25)
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels([n.replace(" ", "\n", 1) for n in names], fontsize=8)
         ax.set_title(f"{mname}: real tokens/s relative to transformers")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", ncol=3)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")

@@ -99,21 +99,22 @@ def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None) -> dic
     predictor = predictor_from_models([model], [model_dir])
     demo, hand = demo_examples()
     demo = demo[:limit] if limit else demo
-    preds, _, qps = predict_examples(predictor, hand + demo)
+    preds, nbest, qps = predict_examples(predictor, hand + demo)
     refs = OrderedDict((ex.qid, Reference(ex.answer_texts, ex.is_impossible, ex.qtype)) for ex in demo)
     n = model.num_parameters()["total"]
     print(f"model: {model_dir}\n  {model.config.family}, {model.config.num_hidden_layers} layers, hidden "
           f"{model.config.hidden_size}, {n / 1e6:.1f}M parameters; no-answer thresholds: null "
           f"{predictor.null_threshold:.2f}, P(answerable) {predictor.answerable_threshold:.2f}\n")
     shown = hand + demo[: max(0, rows - len(hand))]
-    table = [("#", "question", "answer", "reference", "F1")]
+    # "top span": the model's best span even when the no-answer rule declined it (what it would have said)
+    table = [("#", "question", "answer", "top span", "reference", "F1")]
     for ex in shown:
         ref = Reference(ex.answer_texts, ex.is_impossible, ex.qtype)
         f1, _ = score_one(ref, preds[ex.qid])
         table.append((ex.qid if ex.qid.startswith("hand") else str(demo.index(ex) + 1), ex.question,
-                      _zh(preds[ex.qid], NO_ANSWER), NO_ANSWER_ZH if ex.is_impossible else ex.answer_texts[0],
-                      f"{f1:.2f}"))
-    print(_table(table, (8, 22, 22, 22, 4)))
+                      _zh(preds[ex.qid], NO_ANSWER), _top_span(nbest[ex.qid]),
+                      NO_ANSWER_ZH if ex.is_impossible else ex.answer_texts[0], f"{f1:.2f}"))
+    print(_table(table, (7, 20, 16, 16, 18, 4)))
     print(f"  ... {len(demo) - (len(shown) - len(hand))} more DuReader-checklist questions scored below\n")
     result = _scores(refs, {q: preds[q] for q in refs}, evaluate, NO_ANSWER)
     print(f"DuReader-checklist demo ({len(demo)} questions, {sum(ex.is_impossible for ex in demo)} without an "
@@ -140,6 +141,11 @@ def _scores(refs, preds: dict, evaluate, no_answer: str) -> dict:
             parts[key] = float(evaluate(sub, p)["F1"]) if sub else 0.0
         out[name] = {"F1": float(r["F1"]), "EM": float(r["EM"]), **parts}
     return out
+
+
+def _top_span(details: dict) -> str:
+    spans = details.get("nbest") or []
+    return spans[0]["text"] if spans else "-"
 
 
 def _zh(answer: str, no_answer: str) -> str:

@@ -10,14 +10,14 @@ import dataclasses
 import logging
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .config import HeadConfig, ModelConfig, resolve_config
+from .config import HeadConfig, resolve_config
 from .errors import ConfigError, DataError
 from .objectives.collator import PretrainCollator
 from .objectives.masking import IGNORE, MaskingConfig
@@ -283,7 +283,7 @@ def fill_mask_examples(model, tokenizer, sentences: Sequence[str], masking: str 
         units, level = masker.choose(ids, flags, rng)
         masked, labels = masker.apply(ids, units, rng)
         with torch.no_grad():
-            logits = model(input_ids=torch.tensor([masked])).logits[0]  # (T, V)
+            logits = model(input_ids=torch.from_numpy(masked[None])).logits[0]  # (T, V)
         pos = np.flatnonzero(labels != IGNORE)
         top = logits[pos].topk(top_k, dim=-1).indices.tolist()
         toks = tokenizer.convert_ids_to_tokens(ids[1:-1])

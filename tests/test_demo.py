@@ -53,3 +53,16 @@ def test_demo_bad_model_says_what_is_expected(tmp_path, tiny_span_dir, capsys):
     assert main(["demo", "--model", str(enc)]) == 2
     err = capsys.readouterr().err
     assert "not an MRC model" in err and "bertfam mrc train" in err
+
+
+def test_shipped_model_loads_and_answers():
+    from bertfam.demo import load_mrc_model, shipped_model_dir
+    from bertfam.tasks.mrc import predictor_from_models
+
+    d = shipped_model_dir()
+    assert d is not None, "models/mrc-zh-e5small-l6 is missing from the checkout"
+    model = load_mrc_model(d)
+    assert model.config.head.task == "span" and model.config.num_hidden_layers == 6
+    pred = predictor_from_models([model], [d], null_threshold=-1e9, answerable_threshold=0.0)  # force a span
+    r = pred.predict("长江全长大约多少公里？", "长江是中国第一长河，全长约6300公里，最后注入东海。")
+    assert r["answerable"] and r["answer"] in "长江是中国第一长河，全长约6300公里，最后注入东海。"

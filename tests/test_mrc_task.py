@@ -233,3 +233,12 @@ def test_models_with_different_tokenizers_fall_back_to_voting(tok):
     with pytest.raises(ConfigError, match="share a tokenizer"):
         predictor_from_models([m1, m2], ["a", "b"], mode="average")
     assert isinstance(predictor_from_models([m1, m1], ["a", "a"]), MRCPredictor)
+
+
+def test_decode_lists_each_answer_text_once():
+    passage = "北京北京"
+    w = _win([None, (0, 1), (1, 2), (2, 3), (3, 4), None])
+    s = np.array([0, 3.0, 0, 2.0, 0, -9]); e = np.array([0, 0, 3.0, 0, 2.0, -9])  # noqa: E702
+    r = decode([(w, s, e, None)], passage, n_best=10, max_answer_length=2)
+    texts = [c["text"] for c in r["nbest"]]
+    assert len(texts) == len(set(texts)) and (r["nbest"][0]["start"], r["nbest"][0]["end"]) == (0, 2)

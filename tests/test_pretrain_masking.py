@@ -169,7 +169,7 @@ def test_ernie_adjacent_name_parts_merged():
     import jieba.posseg
 
     orig = jieba.posseg.cut
-    jieba.posseg.cut = lambda text: iter([P("欧阳", "nr"), P("明日", "nr"), P("在", "p"), P("南京", "ns"),
+    jieba.posseg.cut = lambda text, HMM=True: iter([P("欧阳", "nr"), P("明日", "nr"), P("在", "p"), P("南京", "ns"),
                                           P("工作", "vn")])
     try:
         words, ents = segment._jieba_words("欧阳明日在南京工作", True)
@@ -196,3 +196,19 @@ def test_bad_masking_config_is_a_clear_error():
         Masker(MaskingConfig("nope"), V, MASK, SPECIALS)
     with pytest.raises(ConfigError, match="rate"):
         Masker(MaskingConfig("token", rate=1.5), V, MASK, SPECIALS)
+
+
+def test_out_of_dictionary_text_skips_the_slow_hmm():
+    """Traditional characters are mostly outside jieba's dictionary: its HMM would take ~100x longer there."""
+    import jieba.posseg as pseg
+
+    from bertfam.objectives.segment import _posseg
+
+    assert isinstance(_posseg(pseg, "諾貝爾文學獎是依諾貝爾在1895年的遺囑所成立的獎項"), list)  # dictionary-only pass
+    assert not isinstance(_posseg(pseg, "张三在北京大学读书，他喜欢哈尔滨的冬天。"), list)  # full HMM pass
+
+
+def test_sentence_encoder_ignores_truncation_left_by_a_tokenizer_call(tok):
+    tok("短", max_length=4, padding="max_length")  # leaves truncation + padding set on the Rust tokenizer
+    ids, flags = SentenceEncoder(tok).encode_batch(["一二三四五六七八"])[0]
+    assert len(ids) == len(flags) == 8 and tok.pad_token_id not in ids.tolist()

@@ -72,6 +72,13 @@ def test_overflowing_windows(toks):
     assert set(enc["overflow_to_sample_mapping"].tolist()) == {0}
 
 
+def test_encode_ignores_settings_of_earlier_calls(toks):
+    ours, _ = toks
+    text = "字" * 100
+    ours([text], max_length=16)
+    assert len(ours.tokenize(text)) == 100 and len(ours.encode(text)) == 102
+
+
 def test_save_and_reload(tmp_path, toks):
     ours, _ = toks
     ours.save_pretrained(str(tmp_path))

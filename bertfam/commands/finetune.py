@@ -81,7 +81,8 @@ def register(sub) -> None:
     p.add_argument("--model", required=True)
     p.add_argument("--input", required=True, help="text file, one input per line ('a ||| b' for a pair)")
     p.add_argument("--out", required=True, help="output prefix: PREFIX.cls.npy, PREFIX.mean.npy, PREFIX.jsonl")
-    p.add_argument("--layers", default="-1", help="comma-separated layer indices (0 = embeddings, -1 = last)")
+    p.add_argument("--layers", default="-1",
+                   help="comma-separated layer indices, 0 = embeddings, -1 = last (write --layers=-1,-2)")
     p.add_argument("--pooling", default="cls,mean", help="cls and/or mean")
     p.add_argument("--tokens", action="store_true", help="also write per-token vectors to PREFIX.jsonl")
     p.add_argument("--max-length", type=int, default=128)
@@ -102,8 +103,8 @@ def _options(args):
         early_stopping_patience=args.early_stopping, eval_every=args.eval_every,
         group_by_length=not args.no_group_by_length, seed=args.seed, max_train=args.max_train,
         dev_ratio=args.dev_ratio, precision=args.precision, max_steps=args.max_steps, progress=not args.no_progress,
-        save_every=args.save_every,
-        freeze_word_embeddings=args.freeze_word_embeddings, kg=_csv(getattr(args, "kg", None)), resume=getattr(args, "resume", False))
+        save_every=args.save_every, freeze_word_embeddings=args.freeze_word_embeddings,
+        kg=_csv(getattr(args, "kg", None)), resume=getattr(args, "resume", False))
 
 
 def _task(args):

@@ -137,8 +137,8 @@ class MultimodalModel(TaskModel):
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, features=None,
                 feature_mask=None, boxes=None, feature_type_ids=None, feature_position_ids=None, labels=None,
                 pair_labels=None, start_positions=None, end_positions=None, answerable_labels=None,
-                masked_positions=None, output_hidden_states: bool = False, output_attentions: bool = False,
-                **_ignored) -> ModelOutput:
+                masked_positions=None, output_hidden_states: bool = False,
+                output_attentions: bool = False) -> ModelOutput:
         """Text (B, T) + features (B, N, D) with feature_mask (B, N). last_hidden_state is (B, T + N, H);
         MLM labels / masked_positions (B, T) and span positions index the TEXT part. pair_labels follow
         VisualBERT / BERT NSP: 0 = the text belongs to these features, 1 = it does not."""

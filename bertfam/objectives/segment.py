@@ -6,6 +6,7 @@ tags nr*/ns/nt/nz, with adjacent person-name parts merged: 张 + 三 -> one unit
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from typing import Optional, Sequence
@@ -33,7 +34,7 @@ def _jieba_words(text: str, with_pos: bool) -> tuple[list[tuple[int, int]], list
         import jieba.posseg as pseg
 
         prev_person = False
-        for pair in pseg.cut(text):
+        for pair in _posseg(pseg, text):
             w, flag = pair.word, pair.flag
             b, e = pos, pos + len(w)
             pos = e
@@ -54,6 +55,18 @@ def _jieba_words(text: str, with_pos: bool) -> tuple[list[tuple[int, int]], list
     return words, ents
 
 
+def _posseg(pseg, text: str):
+    """jieba.posseg with its HMM (finds names missing from the dictionary) unless the text is mostly outside
+    the dictionary (e.g. traditional characters): there the HMM costs ~100x more time and finds little."""
+    fast = list(pseg.cut(text, HMM=False))
+    if fast and sum(len(p.word) == 1 for p in fast) / len(fast) > SINGLE_CHAR_LIMIT:
+        return fast
+    return pseg.cut(text)
+
+
+SINGLE_CHAR_LIMIT = 0.7
+
+
 class SentenceEncoder:
     """Turns sentences into (ids int32, flags uint8) with the project tokenizer (no special tokens).
 
@@ -69,7 +82,11 @@ class SentenceEncoder:
 
     def encode_batch(self, sentences: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         backend = self.tok.backend
-        encs = backend.encode_batch(list(sentences), add_special_tokens=False)
+        lock = getattr(self.tok, "_lock", None) or contextlib.nullcontext()
+        with lock:  # truncation / padding are state a previous tokenizer call may have left on the backend
+            backend.no_truncation()
+            backend.no_padding()
+            encs = backend.encode_batch(list(sentences), add_special_tokens=False)
         return [self._flags(s, e.ids, e.tokens, e.offsets) for s, e in zip(sentences, encs)]
 
     def _flags(self, text: str, ids, tokens, offsets) -> tuple[np.ndarray, np.ndarray]:

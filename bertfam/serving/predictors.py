@@ -8,15 +8,12 @@ model once for the whole batch. Problems caused by an item raise `InputError`, n
 """
 from __future__ import annotations
 
-import logging
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
-
-log = logging.getLogger("bertfam")
 
 # head task -> endpoint that serves it
 ENDPOINT_OF_TASK = {"classification": "classify", "regression": "classify", "token": "ner", "mlm": "fill-mask",

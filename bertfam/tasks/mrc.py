@@ -151,7 +151,8 @@ class MRCPredictor:
 
 def decode(windows: list, passage: str, n_best: int = 20, max_answer_length: int = 64) -> dict:
     """Combine the windows of one passage: n-best spans over all windows (character offsets into the
-    passage, duplicates merged), null diff (best span - min null score) and max P(answerable)."""
+    passage; the same text from overlapping windows or repeated in the passage is listed once, at its
+    best score), null diff (best span - min null score) and max P(answerable)."""
     cands: dict[tuple[int, int], float] = {}
     null = math.inf
     p_ans = None
@@ -172,7 +173,11 @@ def decode(windows: list, passage: str, n_best: int = 20, max_answer_length: int
                 score = float(start[s] + end[e])
                 if score > cands.get(span, -math.inf):
                     cands[span] = score
-    ranked = sorted(cands.items(), key=lambda kv: -kv[1])[:n_best]
+    ranked, seen = [], set()
+    for (a, b), sc in sorted(cands.items(), key=lambda kv: -kv[1]):  # one entry per answer text
+        if passage[a:b] not in seen and len(ranked) < n_best:
+            seen.add(passage[a:b])
+            ranked.append(((a, b), sc))
     nbest = []
     if ranked:
         logits = np.array([sc for _, sc in ranked])

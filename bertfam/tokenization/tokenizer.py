@@ -160,11 +160,18 @@ class Tokenizer:
         return {i for i in (self.token_to_id(t) for t in self.specials.values()) if i is not None}
 
     # ------------------------------------------------------------ encoding
+    def _plain(self, text: str, text_pair: Optional[str], add_special_tokens: bool):
+        """One encoding with neither truncation nor padding (those are state left by __call__)."""
+        with self._lock:
+            self._tok.no_truncation()
+            self._tok.no_padding()
+            return self._tok.encode(text, text_pair, add_special_tokens=add_special_tokens)
+
     def tokenize(self, text: str) -> list[str]:
-        return self._tok.encode(text, add_special_tokens=False).tokens
+        return self._plain(text, None, False).tokens
 
     def encode(self, text: str, text_pair: Optional[str] = None, add_special_tokens: bool = True) -> list[int]:
-        return self._tok.encode(text, text_pair, add_special_tokens=add_special_tokens).ids
+        return self._plain(text, text_pair, add_special_tokens).ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)

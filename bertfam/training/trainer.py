@@ -189,6 +189,23 @@ class Trainer:
         os.makedirs(self.cfg.out_dir, exist_ok=True)
         with open(os.path.join(self.cfg.out_dir, "metrics.jsonl"), "a", encoding="utf-8") as f:
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        tb = self._tensorboard()
+        if tb is not None:
+            for k, v in rec.items():
+                if k not in ("step", "epoch") and isinstance(v, (int, float)):
+                    tb.add_scalar(k, v, rec["step"])
+            tb.flush()
+
+    def _tensorboard(self):
+        """A SummaryWriter under out_dir/tensorboard when the optional `tensorboard` package is installed."""
+        if not hasattr(self, "_tb"):
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(os.path.join(self.cfg.out_dir, "tensorboard"))
+            except ImportError:
+                self._tb = None
+        return self._tb
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> dict:

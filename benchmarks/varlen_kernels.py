@@ -1,0 +1,119 @@
+"""Which attention kernel should the unpadded encoder use here? One run, engines interleaved.
+
+    nice -n 10 .venv/bin/python benchmarks/varlen_kernels.py --models bert-mini,bert-base
+
+Compares, on the `infer 16-128` batches of encoder_throughput.py (same weights, threads, batches): bertfam's
+unpadded path with each attention kernel of bertfam.modeling.varlen (loop, njt, pad, block), bertfam's padded
+path, and transformers. Real tokens/s, median of --reps after a warm-up, [min-max]. Writes
+docs/varlen_kernels.md. The default kernel (varlen.default_kernel) is chosen from this table.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+import encoder_throughput as bench  # noqa: E402
+
+KERNELS = ("loop", "njt", "pad", "block")
+
+
+def worker(args) -> dict:
+    import torch
+
+    import bertfam
+
+    bench.set_threads(args.threads)
+    d = os.path.join(args.workdir, args.model)
+    cfg = bertfam.ModelConfig.load(os.path.join(d, "bertfam", "config.json"))
+    batches = bench.make_batches(args.case, cfg.vocab_size, scale=args.scale)
+    model = bertfam.from_pretrained(os.path.join(d, "hf"), task=None).backbone.eval()
+    keys = ("input_ids", "attention_mask", "token_type_ids")
+
+    def engine(kernel):
+        def run(b):
+            os.environ["BERTFAM_VARLEN_KERNEL"] = kernel if kernel != "padded" else "loop"
+            with torch.inference_mode():
+                model(**{k: b[k] for k in keys}, unpad=kernel != "padded")
+        return run
+
+    fns = {f"bertfam unpadded, {k}": engine(k) for k in KERNELS}
+    fns["bertfam padded"] = engine("padded")
+    fns["transformers"] = bench.load_engine("transformers", "infer", d)
+    names = list(fns)
+    times = {n: [] for n in names}
+    for n in names:
+        for b in batches:
+            fns[n](b)
+    for r in range(args.reps):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            time.sleep(0.1)
+            t0 = time.perf_counter()
+            for b in batches:
+                fns[n](b)
+            times[n].append(time.perf_counter() - t0)
+    return {"times": times, "real_tokens": bench.real_tokens(batches)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="bert-mini,bert-base")
+    ap.add_argument("--case", default="infer 16-128")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--workdir", default=None, help="model files (shared with encoder_throughput.py --workdir)")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "docs", "varlen_kernels.md"))
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        import json
+
+        print("RESULT " + json.dumps(worker(args)), flush=True)
+        return 0
+    args.workdir = args.workdir or tempfile.mkdtemp(prefix="bertfam-bench-")
+    args.spin, args.quick = False, False
+    load = os.getloadavg()[0]
+    lines = ["# Attention kernels for the unpadded encoder (CPU)", "",
+             f"`benchmarks/varlen_kernels.py`, one run, {args.threads} threads, case `{args.case}` of "
+             f"benchmarks/encoder_throughput.py (batch scale {args.scale}), real tokens/s, median of {args.reps} "
+             f"[min-max]; load average {load:.1f} at start"
+             + (" (shared machine: compare within a table only)." if load > 1.5 else "."), ""]
+    for m in args.models.split(","):
+        bench.run_worker(args, "prepare", model=m)
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", m, "--case", args.case,
+               "--threads", str(args.threads), "--reps", str(args.reps), "--scale", str(args.scale),
+               "--workdir", args.workdir]
+        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY="PASSIVE",
+                   BENCH_THREADS=str(args.threads), PYTHONWARNINGS="ignore")
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        res = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+        if p.returncode or not res:
+            raise RuntimeError(p.stderr[-3000:])
+        import json
+
+        r = json.loads(res[-1][7:])
+        hf = statistics.median(r["real_tokens"] / t for t in r["times"]["transformers"])
+        lines += [f"## {m}", "", "| engine | tokens/s | spread | ×transformers |", "|---|---:|---:|---:|"]
+        for name, ts in r["times"].items():
+            s = bench.summarize(ts, r["real_tokens"])
+            lines.append(f"| {name} | {s['median']:.0f} | {s['min']:.0f}-{s['max']:.0f} | {s['median'] / hf:.2f} |")
+        lines.append("")
+        print("\n".join(lines), flush=True)
+    from bertfam.utils import atomic_write_text
+
+    atomic_write_text(args.out, "\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
