@@ -31,3 +31,14 @@ $BF mrc evaluate $S/mrc/dureader_checklist/demo.json $R/checklist_pred.json
 
 # 5. ship: float16 weights (loads back as float32)
 $BF convert $R/mrc models/mrc-zh-e5small-l6 --dtype float16
+
+# Stages 2 and 3 of the shipped model (see models/mrc-zh-e5small-l6/README.md): continue from step 3's model.
+if [ "${CONTINUE:-0}" = 1 ]; then
+  $BF mrc train --model $R/mrc --train $R/data/train.json --dev $R/data/dev.json --tune-threshold \
+    --out $R/mrc2 --max-length 256 --doc-stride 128 --batch-size 16 --lr 1e-4 --warmup-ratio 0.05 --seed 7 \
+    --max-steps 40 --save-every 10 --log-every 5 --eval-limit 20 --threads 1
+  OMP_NUM_THREADS=2 $BF mrc train --model $R/mrc2 --train $R/data/train.json --dev $R/data/dev.json --tune-threshold \
+    --out $R/mrc3 --max-length 256 --doc-stride 128 --batch-size 16 --lr 1e-4 --warmup-ratio 0.05 --seed 9 \
+    --max-steps 300 --save-every 50 --log-every 10 --eval-limit 40 --threads 2
+  $BF convert $R/mrc3 models/mrc-zh-e5small-l6 --dtype float16
+fi
