@@ -15,15 +15,6 @@ from bertfam.distill.pipeline import distill_general, distill_task
 from .conftest import FIXTURES, ZH_VOCAB
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The machine is shared: one intra-op thread is many times faster than two contended ones."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def cfg(hidden=32, layers=2, heads=2, task="classification", vocab=120, **kw):
     return preset("bert-tiny", vocab_size=vocab, num_hidden_layers=layers, hidden_size=hidden,
                   num_attention_heads=heads, intermediate_size=2 * hidden, max_position_embeddings=64,

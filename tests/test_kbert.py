@@ -12,14 +12,6 @@ from bertfam.knowledge import KBertEncoder, KnowledgeGraph
 from .conftest import FIXTURES, ZH_VOCAB
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The machine is shared: one intra-op thread is many times faster than two contended ones."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 KB = os.path.join(FIXTURES, "kbert")
 GRAPH = "张三\t是\t人\n北京\t在\t中国\n北京\t是\t城市\n北京\t有\t故宫\n"
 

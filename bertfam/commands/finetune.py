@@ -3,29 +3,25 @@ from __future__ import annotations
 
 import json
 
+from .common import add_optimization_args
+
 TASK_HELP = ("sst2, cola, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, tnews, iflytek, afqmc, ocnli, cmnli, "
              "csl, cluewsc, eprstmt, bustm, csldcp, cluener, msra, peoples_daily, resume, medical_ner, ner, "
              "chnsenticorp, book_review, shopping, or custom")
 
 
 def _train_args(p) -> None:
-    p.add_argument("--epochs", type=float, default=3)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=5e-5)
+    add_optimization_args(p, epochs=3, batch_size=32, lr=5e-5)
     p.add_argument("--max-length", type=int, default=128)
-    p.add_argument("--warmup-ratio", type=float, default=0.1)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--layerwise-lr-decay", type=float, default=None, help="e.g. 0.95 (lower layers learn slower)")
     p.add_argument("--early-stopping", type=int, default=None, metavar="N",
                    help="stop after N evaluations without dev improvement")
     p.add_argument("--eval-every", type=int, default=0, help="optimizer steps between dev evaluations (0: per epoch)")
     p.add_argument("--no-group-by-length", action="store_true", help="plain shuffled batches")
-    p.add_argument("--seed", type=int, default=42)
     p.add_argument("--max-train", type=int, default=None, help="random subset of this many training examples")
     p.add_argument("--dev-ratio", type=float, default=0.1, help="dev split carved from train when no --dev")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
-    p.add_argument("--max-steps", type=int, default=None)
-    p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (for --resume)")
     p.add_argument("--freeze-word-embeddings", action="store_true",
                    help="do not train the word-embedding matrix (fast with huge multilingual vocabularies)")
     p.add_argument("--no-progress", action="store_true")

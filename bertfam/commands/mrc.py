@@ -5,6 +5,8 @@ import json
 import os
 import sys
 
+from .common import add_optimization_args
+
 
 def register(sub) -> None:
     p = sub.add_parser("mrc", help="reading comprehension (DuReader, CMRC2018, SQuAD 2.0)")
@@ -22,15 +24,9 @@ def register(sub) -> None:
     t.add_argument("--tune-threshold", action="store_true", help="tune the no-answer thresholds on dev and save "
                                                                  "them in OUT/config.json")
     t.add_argument("--no-title", action="store_true", help="do not put the title before the passage")
-    t.add_argument("--epochs", type=float, default=2)
-    t.add_argument("--max-steps", type=int, default=None)
-    t.add_argument("--batch-size", type=int, default=16)
+    add_optimization_args(t, epochs=2, batch_size=16, lr=3e-5)
     t.add_argument("--grad-accum", type=int, default=1)
-    t.add_argument("--lr", type=float, default=3e-5)
-    t.add_argument("--warmup-ratio", type=float, default=0.1)
-    t.add_argument("--seed", type=int, default=42)
     t.add_argument("--log-every", type=int, default=10)
-    t.add_argument("--save-every", type=int, default=0, help="optimizer steps between checkpoints (0: end only)")
     t.add_argument("--eval-limit", type=int, default=500, help="dev questions scored at each epoch end (0: all)")
     t.add_argument("--limit", type=int, default=None, help="use only the first N training questions")
     _window_args(t)
