@@ -66,19 +66,25 @@ def from_pretrained(path: str, task: Optional[str] = None, *, load_tokenizer: bo
     cfg, native = load_config(path)
     saved_task = cfg.head.task
     cfg, head_new = _with_task(cfg, task, head_kwargs)
-    model = TaskModel(cfg).init_weights(seed)
+    # Built on the meta device: the loaded tensors become the parameters (no random init, no second copy
+    # of the weights), and only what the checkpoint lacks (a new head) is allocated and initialised.
+    with torch.device("meta"):
+        model = TaskModel(cfg)
     from .convert.hf import read_weights, state_from_hf
 
     sd, wpath = read_weights(path)
     if not native:
-        sd, _ = state_from_hf(cfg, sd, wpath)
-    _load_state(model, sd, wpath, allow_missing_head=head_new or saved_task != cfg.head.task or not native)
+        sd, _ = state_from_hf(cfg, sd, wpath, consume=True)
+    _load_state(model, sd, wpath, allow_missing_head=head_new or saved_task != cfg.head.task or not native,
+                seed=seed)
     if load_tokenizer:
         model.tokenizer = _maybe_tokenizer(path, cfg)
     return model.eval()
 
 
-def _load_state(model: TaskModel, sd: dict, source: str, allow_missing_head: bool) -> None:
+def _load_state(model: TaskModel, sd: dict, source: str, allow_missing_head: bool, seed: int = 0) -> None:
+    """Load sd into model (consuming sd). A model on the meta device takes the tensors themselves
+    (cast to the model's dtype); its parameters missing from sd are then allocated and initialised."""
     own = model.state_dict()
     for k, v in sd.items():
         if k in own and tuple(own[k].shape) != tuple(v.shape):
@@ -100,8 +106,30 @@ def _load_state(model: TaskModel, sd: dict, source: str, allow_missing_head: boo
     if unexpected:
         log.info("%s: %d weight(s) not used by the %s head, e.g. %s", source, len(unexpected), model.task,
                  unexpected[0])
+    meta = any(p.is_meta for p in model.parameters())
+    keep = {}
+    for k in list(sd):  # pop as we go so a float16 checkpoint is never held twice
+        v = sd.pop(k)
+        if k in own:
+            keep[k] = v.to(own[k].dtype) if meta and v.dtype != own[k].dtype else v
     with torch.no_grad():
-        model.load_state_dict({k: v for k, v in sd.items() if k in own}, strict=False)
+        model.load_state_dict(keep, strict=False, assign=meta)
+    if meta:
+        _materialise(model, seed)
+
+
+def _materialise(model: TaskModel, seed: int) -> None:
+    """Allocate and initialise (as TaskModel.init_weights would) the parameters still on the meta device."""
+    torch.manual_seed(seed)
+    for m in model.modules():
+        own = dict(m.named_parameters(recurse=False))
+        if not any(p.is_meta for p in own.values()):
+            continue
+        loaded = {n: p for n, p in own.items() if not p.is_meta}
+        m.to_empty(device="cpu", recurse=False)
+        model._init_module(m)
+        for n, p in loaded.items():  # a module only partly in the checkpoint keeps what was loaded
+            setattr(m, n, p)
 
 
 def _maybe_tokenizer(path: str, cfg: ModelConfig):

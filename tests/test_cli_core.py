@@ -79,6 +79,31 @@ def test_new_head_on_backbone(tiny_dir):
     assert out.logits.shape == (2, 3)
 
 
+def test_loaded_model_is_real_trainable_float32(tmp_path, tiny_dir):
+    """from_pretrained builds on the meta device: every tensor must come back materialised, trainable,
+    float32 (also from a float16 checkpoint), with the saved values, and a new head initialised by seed."""
+    m0 = bertfam.from_pretrained(str(tiny_dir))
+    half = tmp_path / "half"
+    r = run_cli("convert", tiny_dir, half, "--dtype", "float16")
+    assert r.returncode == 0, r.stderr
+    for path in (tiny_dir, half):
+        m = bertfam.from_pretrained(str(path), task="classification", labels=["a", "b"], seed=3)
+        params = dict(m.named_parameters())
+        assert not any(p.is_meta for p in params.values())
+        assert all(p.requires_grad and p.dtype == torch.float32 for p in params.values())
+        w = params["backbone.encoder.layers.0.attn.qkv.weight"]
+        ref = dict(m0.named_parameters())["backbone.encoder.layers.0.attn.qkv.weight"]
+        assert torch.allclose(w, ref, atol=1e-3 if path == half else 0)
+        head = [p for n, p in params.items() if n.startswith("classifier.") and p.dim() == 2]
+        assert head and all(0.005 < float(p.detach().std()) < 0.05 for p in head)  # initializer_range 0.02, not zeros
+        again = bertfam.from_pretrained(str(path), task="classification", labels=["a", "b"], seed=3)
+        assert all(torch.equal(p, dict(again.named_parameters())[n]) for n, p in params.items())
+    m.train()
+    loss = m(torch.randint(0, 1000, (2, 6)), labels=torch.tensor([0, 1])).loss
+    loss.backward()
+    assert params["backbone.embeddings.word.weight"].grad is not None
+
+
 def test_demo_runs(capsys):
     # `bertfam demo` itself answers 100 questions with the shipped MRC model (tests/test_demo.py covers it on
     # a tiny model); here the encoder demo it falls back to without a shipped model

@@ -225,9 +225,13 @@ def normalize_hf_keys(sd: dict) -> dict:
     return out
 
 
-def state_from_hf(cfg: ModelConfig, sd: dict, source: str) -> tuple[dict, list[str]]:
-    """Map HF weights to bertfam names. Returns (state dict, bertfam head keys that were absent)."""
-    sd = normalize_hf_keys(sd)
+def state_from_hf(cfg: ModelConfig, sd: dict, source: str, consume: bool = False) -> tuple[dict, list[str]]:
+    """Map HF weights to bertfam names. Returns (state dict, bertfam head keys that were absent).
+    consume: empty sd as it goes, so fused q/k/v copies never coexist with a second full set of weights."""
+    norm = normalize_hf_keys(sd)
+    if consume:
+        sd.clear()
+    sd = norm
     base = detect_base(sd.keys())
     ours, used, missing_head = {}, set(), []
     for our_key, hf_keys in key_table(cfg, base):
@@ -240,6 +244,9 @@ def state_from_hf(cfg: ModelConfig, sd: dict, source: str) -> tuple[dict, list[s
         tensors = [sd[k] for k in hf_keys]
         ours[our_key] = tensors[0] if len(tensors) == 1 else torch.cat(tensors, 0)
         used.update(hf_keys)
+        if consume and len(tensors) > 1:
+            for k in hf_keys:
+                sd[k] = None  # the fused copy replaces them
     extra = [k for k in sd if k not in used and not any(s in k for s in _IGNORABLE)]
     if extra:
         log.warning("%s: %d weight(s) not used by bertfam, e.g. %s", source, len(extra), extra[0])
