@@ -271,3 +271,54 @@ def test_early_stopping_on_dev_metric(tiny, tmp_path):
     assert r["steps"] == 2  # 18 steps without early stopping
     evals = [json.loads(l) for l in (tmp_path / "e" / "metrics.jsonl").read_text().splitlines() if "eval_accuracy" in l]
     assert len(evals) == 2 and evals[0]["eval_accuracy"] == evals[1]["eval_accuracy"]
+
+
+@pytest.mark.parametrize("n,width,overlap", [(5, 8, 0.5), (40, 8, 0.5), (41, 10, 0.25), (100, 7, 0.0)])
+def test_unit_windows_cover_without_splitting_units(n, width, overlap):
+    from bertfam.tasks.features import unit_windows
+
+    rng = np.random.default_rng(n)
+    src = np.repeat(np.arange(n), rng.integers(1, 3, n)).tolist()  # units of 1-2 tokens
+    spans = unit_windows(src, width, overlap)
+    assert spans[0][0] == 0 and spans[-1][1] == len(src)
+    covered = set()
+    for a, b in spans:
+        assert 0 < b - a <= width
+        assert a == 0 or src[a] != src[a - 1]  # starts on a unit's first token
+        assert b == len(src) or src[b] != src[b - 1]  # ends after a unit's last token
+        covered.update(range(a, b))
+    assert covered == set(range(len(src)))
+    assert all(b1 > a2 or overlap == 0 for (a1, b1), (a2, b2) in zip(spans, spans[1:]))  # windows overlap
+
+
+def test_long_ner_sentence_is_windowed_and_merged(tiny):
+    """A sentence 3x the window gets several windows whose labels align with the gold tags; prediction
+    returns one tag per character, each from the window where it has the most context."""
+    from bertfam.data.labelled import Example
+    from bertfam.loading import from_pretrained
+    from bertfam.tasks.features import FeatureBuilder
+    from bertfam.tasks.table import get_task
+
+    spec = get_task("cluener")
+    labels = ["O", "B-name", "I-name"]
+    m = from_pretrained(tiny, task="token", labels=labels, num_labels=3)
+    text = list("张三在北京大学读书，李四去了上海。" * 3)
+    tags = ["B-name" if c in "张李" else "I-name" if c in "三四" else "O" for c in text]
+    fb = FeatureBuilder(m.tokenizer, spec, labels, 20)
+    feats = fb.build([Example("x", tokens=text, tags=tags), Example("y", tokens=list("王五"), tags=["B-name", "I-name"])])
+    wins = [f for f in feats if f["example"] == 0]
+    assert len(wins) >= 3 and all(f["length"] <= 20 for f in feats) and fb.windowed == 1
+    for f in wins:  # every character in a window carries its own gold tag on its token
+        for j, ti in enumerate(f["first"]):
+            if ti >= 0:
+                assert labels[f["labels"][ti]] == tags[j]
+    assert set().union(*[{j for j, ti in enumerate(f["first"]) if ti >= 0} for f in wins]) == set(range(len(text)))
+    preds = fb.predict(m, feats)
+    assert [len(p) for p in preds] == [len(text), 2]
+    # merge rule on fake per-window outputs: window w predicts tag id w for all its characters
+    fake = [[k] * len(f["first"]) for k, f in enumerate(feats)]
+    merged = fb._merge_windows(feats, fake)
+    for j in range(len(text)):
+        cands = [(min(f["first"][j] - 1, f["length"] - 2 - f["first"][j]), k)
+                 for k, f in enumerate(wins) if f["first"][j] >= 0]
+        assert merged[0][j] == max(cands, key=lambda c: (c[0], -c[1]))[1]

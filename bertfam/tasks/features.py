@@ -2,8 +2,10 @@
 
 Sequence tasks: [CLS] a [SEP] (b [SEP]) truncated longest-first to max_length; batches padded to their
 longest member (dynamic padding). Token tasks: each character (unit) is one pre-tokenized word; its
-first piece carries the tag, other pieces and specials -100; characters cut off by max_length (or that
-tokenize to nothing) are predicted "O". With a K-BERT encoder, features carry soft position_ids and
+first piece carries the tag, other pieces and specials -100. A sentence longer than max_length is cut into
+overlapping windows (never inside a unit; consecutive windows share `window_overlap` of their tokens):
+each window is a training feature, and at prediction time each character takes its tag from the window
+where it has the most context on both sides. Characters that tokenize to nothing are predicted "O". With a K-BERT encoder, features carry soft position_ids and
 the (T, T) visible matrix, passed to the model as a (B, T, T) attention_mask; injected tokens get -100.
 """
 from __future__ import annotations
@@ -36,12 +38,17 @@ def collect_labels(spec: TaskSpec, examples: Sequence[Example]) -> list[str]:
 
 
 class FeatureBuilder:
-    def __init__(self, tokenizer, spec: TaskSpec, labels: list[str], max_length: int = 128, kbert=None):
+    def __init__(self, tokenizer, spec: TaskSpec, labels: list[str], max_length: int = 128, kbert=None,
+                 window_overlap: float = 0.5):
         if tokenizer is None:
             raise DataError("the model directory has no tokenizer (tokenizer.json or vocab.txt)")
+        if max_length < 4:
+            raise DataError(f"max_length {max_length} is too small (at least 4 tokens)")
         self.tok, self.spec, self.labels, self.max_length, self.kbert = tokenizer, spec, labels, max_length, kbert
+        self.window_overlap = window_overlap
         self.label_id = {l: i for i, l in enumerate(labels)}
         self.truncated = 0
+        self.windowed = 0
         self._pretok = None
 
     # ------------------------------------------------------------------ building
@@ -52,6 +59,9 @@ class FeatureBuilder:
             feats = self._sequence_features(examples, with_labels)
         if self.truncated:
             log.info("%d of %d examples truncated to %d tokens", self.truncated, len(examples), self.max_length)
+        if self.windowed:
+            log.info("%d of %d examples longer than %d tokens: %d windows in all", self.windowed, len(examples),
+                     self.max_length, len(feats))
         return feats
 
     def _label(self, ex: Example, with_labels: bool):
@@ -113,14 +123,15 @@ class FeatureBuilder:
         for s in range(0, len(examples), 2048):
             chunk = examples[s:s + 2048]
             encs = tok.encode_batch([list(ex.tokens) for ex in chunk], is_pretokenized=True)
-            for ex, e in zip(chunk, encs):
+            for k, (ex, e) in enumerate(zip(chunk, encs)):
                 ids, tt, src = _drop_bare_markers(e)
-                if len(ids) > self.max_length:  # keep [CLS] ... and close with [SEP]
-                    self.truncated += 1
-                    ids = ids[:self.max_length - 1] + [ids[-1]]
-                    tt = tt[:self.max_length]
-                    src = src[:self.max_length - 1] + [-1]
-                feats.append(self._align(ex, src, with_labels, {"input_ids": ids, "token_type_ids": tt}))
+                spans = unit_windows(src[1:-1], self.max_length - 2, self.window_overlap)
+                self.windowed += len(spans) > 1
+                for a, b in spans:  # body tokens [a, b) between [CLS] and [SEP]
+                    w_src = [-1] + src[1 + a:1 + b] + [-1]
+                    feat = {"input_ids": [ids[0]] + ids[1 + a:1 + b] + [ids[-1]],
+                            "token_type_ids": [tt[0]] + tt[1 + a:1 + b] + [tt[-1]], "example": s + k}
+                    feats.append(self._align(ex, w_src, with_labels, feat))
         return feats
 
     def _align(self, ex: Example, src: list, with_labels: bool, feat: dict) -> dict:
@@ -172,7 +183,8 @@ class FeatureBuilder:
     # ------------------------------------------------------------------ inference
     @torch.no_grad()
     def predict(self, model, feats: Sequence[dict], batch_size: int = 64) -> list:
-        """Per feature: class id / score / list of tag ids over the characters (no labels needed)."""
+        """Per example: class id / score / list of tag ids over the characters (no labels needed);
+        the windows of a long token-task example are merged back into one tag list."""
         device = next(model.parameters()).device
         was = model.training
         model.eval()
@@ -186,7 +198,27 @@ class FeatureBuilder:
             for k, i in enumerate(idx):
                 out[i] = self._decode_one(logits[k], feats[i])
         model.train(was)
+        if self.spec.kind == "token" and feats and "example" in feats[0]:
+            return self._merge_windows(feats, out)
         return out
+
+    def _merge_windows(self, feats: Sequence[dict], per_window: list) -> list:
+        """One tag list per example: each character from the window where its token has the most context
+        (the smaller of its distances to the window's two ends), as in BERT's SQuAD max-context rule."""
+        merged: dict = {}
+        best: dict = {}
+        o = self.label_id.get("O", 0)
+        for f, tags in zip(feats, per_window):
+            ex = f["example"]
+            if ex not in merged:
+                merged[ex], best[ex] = [o] * len(f["first"]), [-1] * len(f["first"])
+            n = f["length"]
+            for j, ti in enumerate(f["first"]):
+                if ti >= 0:
+                    ctx = min(ti - 1, n - 2 - ti)
+                    if ctx > best[ex][j]:
+                        best[ex][j], merged[ex][j] = ctx, tags[j]
+        return [merged[k] for k in sorted(merged)]
 
     def _decode_one(self, logits: torch.Tensor, feat: dict):
         if self.spec.kind == "regression":
@@ -203,6 +235,30 @@ class FeatureBuilder:
         if self.spec.kind == "token":
             return [[self.labels[i] for i in p] for p in preds]
         return [self.labels[i] for i in preds]
+
+
+def unit_windows(src: Sequence[int], width: int, overlap: float = 0.5) -> list[tuple[int, int]]:
+    """Token ranges [a, b) of at most `width` tokens covering src (the unit index of each token), never
+    starting or ending inside a unit (unless one unit alone is wider than a window); consecutive windows
+    overlap by about `overlap` x width tokens."""
+    n = len(src)
+    if n <= width:
+        return [(0, n)]
+    step = max(1, int(width * (1 - overlap)))
+    out, a = [], 0
+    while True:
+        b = min(n, a + width)
+        while b < n and b > a + 1 and src[b] == src[b - 1]:  # do not cut the last unit
+            b -= 1
+        if b <= a + 1 and b < n:
+            b = min(n, a + width)  # a single unit wider than the window: cut it
+        out.append((a, b))
+        if b >= n:
+            return out
+        nxt = max(a + 1, min(a + step, b))
+        while nxt < b and nxt > 0 and src[nxt] == src[nxt - 1]:  # start on a unit's first token
+            nxt += 1
+        a = nxt if nxt < b else b
 
 
 def lengths(feats: Sequence[dict]) -> list[int]:
