@@ -477,7 +477,9 @@ def markdown(results: dict) -> str:
         "Throughput = real (non-padding) tokens per second, median of "
         f"{results['args']['reps']} repetitions after a warm-up, [min-max] beside it; ×HF = ratio to transformers; "
         "% ceiling = useful model FLOP/s (real tokens only) over the matmul ceiling (GFLOP/s of a 1024x768x3072 "
-        "matmul measured between the case's repetitions, shown after the case name); peak RSS = ru_maxrss of a "
+        "matmul measured between the case's repetitions, shown after the case name); bound = padded tokens / real "
+        "tokens of the case's batches: the speed-up that skipping padding alone can give when every token costs "
+        "the same (attention, quadratic in length, adds a little on top); peak RSS = ru_maxrss of a "
         "separate process running that engine alone on the case, loading included (growth over the RSS after "
         "imports in brackets); peak running = the peak RSS (VmHWM) while running the case, reset after loading.",
         "",
@@ -492,7 +494,9 @@ def markdown(results: dict) -> str:
                   "|---|---|---:|---:|---:|---:|---:|---:|"]
         for case, row in m["cases"].items():
             hf = row["engines"].get("transformers", {}).get("median")
-            label = f"{case} ({row['ceiling']:.0f} GF/s)" if "ceiling" in row else case
+            label = f"{case} ({row['ceiling']:.0f} GF/s" if "ceiling" in row else f"{case} ("
+            bound = row["padded_tokens"] / row["real_tokens"] if row.get("real_tokens") else 1.0
+            label = (label + f"; bound {bound:.2f}×)") if bound > 1.001 else (label + ")" if "ceiling" in row else case)
             for e, s in row["engines"].items():
                 ratio = f"{s['median'] / hf:.2f}" if hf else "-"
                 peak = max(s.get("peak_mb", 0), s.get("load_peak_mb", 0))

@@ -122,6 +122,16 @@ def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None) -> dic
     print(_table([("", "F1", "EM", "F1 answerable", "F1 no-answer")]
                  + [(name, *(f"{r[k]:.1f}" for k in ("F1", "EM", "F1_ans", "F1_noans"))) for name, r in result.items()],
                  (26, 6, 6, 13, 12)))
+    seen = set(model.config.head.extra.get("demo_seen_qids") or ())
+    if seen & set(refs):
+        # questions of this demo the model was trained or tuned on: score the untouched ones on their own
+        held = OrderedDict((q, r) for q, r in refs.items() if q not in seen)
+        result["held_out"] = _scores(held, {q: preds[q] for q in held}, evaluate, NO_ANSWER)
+        print(f"\n{len(refs) - len(held)} of these questions were used to train / tune this model; the "
+              f"{len(held)} held-out ones ({sum(r.impossible for r in held.values())} without an answer):")
+        print(_table([("", "F1", "EM", "F1 answerable", "F1 no-answer")]
+                     + [(name, *(f"{r[k]:.1f}" for k in ("F1", "EM", "F1_ans", "F1_noans")))
+                        for name, r in result["held_out"].items()], (26, 6, 6, 13, 12)))
     print(f"\nspeed: {qps:.1f} questions/s ({len(hand) + len(demo)} questions, {torch.get_num_threads()} CPU "
           f"threads); whole demo {time.perf_counter() - t0:.0f} s")
     print(f"\nserve the same model over HTTP:\n  bertfam serve --model {_rel(model_dir)} --port 8000\n"

@@ -66,3 +66,22 @@ def test_shipped_model_loads_and_answers():
     pred = predictor_from_models([model], [d], null_threshold=-1e9, answerable_threshold=0.0)  # force a span
     r = pred.predict("长江全长大约多少公里？", "长江是中国第一长河，全长约6300公里，最后注入东海。")
     assert r["answerable"] and r["answer"] in "长江是中国第一长河，全长约6300公里，最后注入东海。"
+
+
+def test_demo_scores_held_out_questions_apart(tmp_path, tiny_span_dir, capsys):
+    """A model trained/tuned on some demo questions (head.extra demo_seen_qids) gets a second score table
+    over the untouched ones, with its own baseline."""
+    from bertfam.data.mrc import read_mrc
+    from bertfam.demo import run
+
+    demo, _ = read_mrc(demo_data_path(), mode="predict")
+    m = bertfam.from_pretrained(str(tiny_span_dir))
+    seen = [ex.qid for ex in demo[:10] if not ex.is_impossible][:3]  # 3 answerable ones seen
+    m.config.head.extra = dict(m.config.head.extra, demo_seen_qids=seen)
+    d = tmp_path / "seen"
+    m.save_pretrained(str(d))
+    r = run(str(d), limit=10)
+    out = capsys.readouterr().out
+    assert "3 of these questions were used to train / tune this model; the 7 held-out ones (4 without" in out
+    base = r["held_out"]['always "no answer"']
+    assert base["F1"] == pytest.approx(100 * 4 / 7, abs=0.01) and base["F1_noans"] == 100.0
