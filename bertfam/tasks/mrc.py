@@ -42,7 +42,7 @@ class MRCPredictor:
     """Answer questions about passages with one span model, or several that share a tokenizer
     (their start/end logits and answerability probabilities are averaged: a logit-level ensemble)."""
 
-    def __init__(self, model, tokenizer=None, max_length: Optional[int] = 384, doc_stride: Optional[int] = 128,
+    def __init__(self, model, tokenizer=None, max_length: Optional[int] = None, doc_stride: Optional[int] = None,
                  max_answer_length: int = 64, n_best: int = 20, batch_size: int = 32, max_query_length: int = 64,
                  use_title: Optional[bool] = None, null_threshold: Optional[float] = None,
                  answerable_threshold: Optional[float] = None):
