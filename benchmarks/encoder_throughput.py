@@ -36,6 +36,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from proc_memory import status_mb  # noqa: E402  (benchmarks/ is on the path when run as a script)
 
 MODELS = {"bert-base": "bert-base-chinese", "bert-mini": "bert-mini-chinese"}
 # case: (kind, batch size, min length, max length, batches per repetition); quick mode halves the work
@@ -52,11 +53,7 @@ ENGINES_TRAIN = ("transformers", "bertfam")
 
 # ----------------------------------------------------------------------------- helpers (workers)
 def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+    return status_mb("VmRSS")
 
 
 def peak_mb() -> float:
@@ -252,11 +249,7 @@ def worker_memory(args) -> dict:
 
 
 def vm_hwm_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+    return status_mb("VmHWM")
 
 
 def reset_peak() -> bool:

@@ -27,17 +27,14 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from proc_memory import status_mb  # noqa: E402  (benchmarks/ is on the path when run as a script)
 DATA = os.path.join(ROOT, "..", "shared", "data")
 DEFAULT_CORPUS = os.path.join(DATA, "corpus", "zh", "clue_corpus_small_sample")
 DEFAULT_VOCAB = os.path.join(DATA, "vocab", "bert-base-chinese-vocab.txt")
 
 
 def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+    return status_mb("VmRSS")
 
 
 def instances(a, tok):
