@@ -119,9 +119,7 @@ def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None) -> dic
     result = _scores(refs, {q: preds[q] for q in refs}, evaluate, NO_ANSWER)
     print(f"DuReader-checklist demo ({len(demo)} questions, {sum(ex.is_impossible for ex in demo)} without an "
           "answer), official metric:")
-    print(_table([("", "F1", "EM", "F1 answerable", "F1 no-answer")]
-                 + [(name, *(f"{r[k]:.1f}" for k in ("F1", "EM", "F1_ans", "F1_noans"))) for name, r in result.items()],
-                 (26, 6, 6, 13, 12)))
+    print(_score_table(result))
     seen = set(model.config.head.extra.get("demo_seen_qids") or ())
     if seen & set(refs):
         # questions of this demo the model was trained or tuned on: score the untouched ones on their own
@@ -129,15 +127,20 @@ def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None) -> dic
         result["held_out"] = _scores(held, {q: preds[q] for q in held}, evaluate, NO_ANSWER)
         print(f"\n{len(refs) - len(held)} of these questions were used to train / tune this model; the "
               f"{len(held)} held-out ones ({sum(r.impossible for r in held.values())} without an answer):")
-        print(_table([("", "F1", "EM", "F1 answerable", "F1 no-answer")]
-                     + [(name, *(f"{r[k]:.1f}" for k in ("F1", "EM", "F1_ans", "F1_noans")))
-                        for name, r in result["held_out"].items()], (26, 6, 6, 13, 12)))
+        print(_score_table(result["held_out"]))
     print(f"\nspeed: {qps:.1f} questions/s ({len(hand) + len(demo)} questions, {torch.get_num_threads()} CPU "
           f"threads); whole demo {time.perf_counter() - t0:.0f} s")
     print(f"\nserve the same model over HTTP:\n  bertfam serve --model {_rel(model_dir)} --port 8000\n"
           "  curl -s localhost:8000/v1/mrc -H 'content-type: application/json' -d '{\"question\": \"长江全长大约多少"
           "公里？\", \"passage\": \"长江全长约6300公里。\"}'")
     return {"model": model_dir, "questions_per_s": qps, **{k: v for k, v in result.items()}}
+
+
+def _score_table(result: dict) -> str:
+    """The model-vs-baseline rows of _scores as a text table."""
+    return _table([("", "F1", "EM", "F1 answerable", "F1 no-answer")]
+                  + [(name, *(f"{r[k]:.1f}" for k in ("F1", "EM", "F1_ans", "F1_noans"))) for name, r in result.items()],
+                  (26, 6, 6, 13, 12))
 
 
 def _scores(refs, preds: dict, evaluate, no_answer: str) -> dict:

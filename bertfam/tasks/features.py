@@ -5,8 +5,9 @@ longest member (dynamic padding). Token tasks: each character (unit) is one pre-
 first piece carries the tag, other pieces and specials -100. A sentence longer than max_length is cut into
 overlapping windows (never inside a unit; consecutive windows share `window_overlap` of their tokens):
 each window is a training feature, and at prediction time each character takes its tag from the window
-where it has the most context on both sides. Characters that tokenize to nothing are predicted "O". With a K-BERT encoder, features carry soft position_ids and
-the (T, T) visible matrix, passed to the model as a (B, T, T) attention_mask; injected tokens get -100.
+where it has the most context on both sides. Characters that tokenize to nothing are predicted "O".
+With a K-BERT encoder, features carry soft position_ids and the (T, T) visible matrix, passed to the
+model as a (B, T, T) attention_mask; injected tokens get -100.
 """
 from __future__ import annotations
 
