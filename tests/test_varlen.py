@@ -256,3 +256,73 @@ def test_length_grouped_prediction_keeps_order():
 
     assert predict_grouped(fn, lengths, batch_size=3) == [x * 10 for x in lengths]
     assert seen_modes and all(seen_modes)
+
+
+# ---------------------------------------------------------------- scratch buffers (no-grad prediction)
+def _without_scratch(model, kw):
+    from bertfam.modeling import encoder
+    orig = encoder.Scratch
+    encoder.Scratch = lambda: None  # the plain path: every layer allocates its own results
+    try:
+        return model(**kw)
+    finally:
+        encoder.Scratch = orig
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_CFGS))
+@pytest.mark.parametrize("act", ["gelu", "relu", "gelu_new"])
+@pytest.mark.parametrize("layout", ["packed", "full", "visibility", "hidden_states"])
+def test_scratch_buffers_are_bit_identical(family, act, layout, monkeypatch):
+    """No-grad forwards write the big intermediates into per-forward buffers reused by every layer
+    (bertfam/modeling/scratch.py); the outputs must equal the plain path's exactly, and the buffers
+    must really be used (counted) so the comparison is not plain path against plain path."""
+    from bertfam.modeling import scratch as scratch_mod
+    cfg = FAMILY_CFGS[family]()
+    cfg.hidden_act = act
+    model = bertfam.build_model(cfg, seed=1).eval()
+    kw = _batch(cfg)
+    if layout == "full":
+        kw["attention_mask"] = torch.ones_like(kw["attention_mask"])
+    elif layout == "visibility":  # K-BERT style (B, T, T) matrix: the padded path with an additive mask
+        m = kw["attention_mask"]
+        kw["attention_mask"] = m[:, None, :] * m[:, :, None]
+    elif layout == "hidden_states":
+        kw["output_hidden_states"] = True
+    calls = []
+    real_get = scratch_mod.Scratch.get
+    monkeypatch.setattr(scratch_mod.Scratch, "get", lambda self, *a: calls.append(a[0]) or real_get(self, *a))
+    with torch.inference_mode():
+        fast = model(**kw)
+        applications = sum(len(step) for step in model.backbone.encoder.schedule())  # ALBERT: groups x inner
+        assert calls.count("ffn") == applications, "scratch path not taken"
+        n = len(calls)
+        plain = _without_scratch(model, kw)
+        assert len(calls) == n
+    assert torch.equal(fast.last_hidden_state, plain.last_hidden_state)
+    assert torch.equal(fast.pooler_output, plain.pooler_output)
+    if layout == "hidden_states":  # every layer's output survives the buffer reuse of the next layers
+        for a, b in zip(fast.hidden_states, plain.hidden_states, strict=True):
+            assert torch.equal(a, b)
+
+
+def test_scratch_buffers_only_without_autograd(tiny_cfg):
+    """Training (grad on, or train mode with dropout) never takes the buffer-reusing path."""
+    from bertfam.modeling import encoder
+    made = []
+    orig = encoder.Scratch
+    model = bertfam.build_model(tiny_cfg, seed=1)
+    kw = _batch(tiny_cfg)
+    try:
+        encoder.Scratch = lambda: made.append(1) or orig()
+        model.train()
+        model(**kw).last_hidden_state.sum().backward()
+        with torch.no_grad():
+            model(**kw)  # train mode: dropout active, the plain path
+        model.eval()
+        model(**kw).last_hidden_state.sum().backward()  # grad enabled
+        assert made == []
+        with torch.no_grad():
+            model(**kw)
+        assert made == [1]
+    finally:
+        encoder.Scratch = orig

@@ -8,6 +8,7 @@ from torch import nn
 from ..config import ModelConfig
 from .activations import ACT
 from .attention import SelfAttention
+from .scratch import Scratch, activate_, enabled, linear_into
 
 
 class Layer(nn.Module):
@@ -24,10 +25,29 @@ class Layer(nn.Module):
         self.act = ACT[cfg.hidden_act]
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
-    def forward(self, x: torch.Tensor, mask, need_scores: bool = False):
-        """x: (B, T, H) with an additive mask, or packed (N, H) with a varlen.Packed plan."""
+    def forward(self, x: torch.Tensor, mask, need_scores: bool = False, scratch: Optional[Scratch] = None):
+        """x: (B, T, H) with an additive mask, or packed (N, H) with a varlen.Packed plan.
+
+        With `scratch` (no autograd; see scratch.py) the big intermediates go to reused buffers."""
+        if scratch is not None and not need_scores and not self._compiled():
+            return self._forward_reusing(x, mask, scratch), None
         a, scores = self.attn(x, mask, need_scores)
         return self.ffn_block(self.attn_residual(x, a)), scores
+
+    def _compiled(self) -> bool:
+        return "ffn_block" in self.__dict__ or "attn_residual" in self.__dict__  # inference.compile_layers
+
+    def _forward_reusing(self, x: torch.Tensor, mask, scratch: Scratch) -> torch.Tensor:
+        """Same kernels and operation order as attn_residual / ffn_block in eval mode (dropout is the
+        identity there), so the result is bit-for-bit the same."""
+        H = x.shape[-1]
+        x2 = x.reshape(-1, H)  # (M, H), M = B * T or N
+        a = self.attn(x, mask, scratch=scratch)[0].reshape(-1, H)  # (M, H), the "proj" buffer
+        x1 = self.attn_norm(a.add_(x2))  # x + a (addition commutes bit for bit)
+        f = linear_into(self.ffn_in, x1, scratch.get("ffn", (x1.shape[0], self.ffn_in.out_features), x1))
+        f = activate_(self.act, f)  # (M, I)
+        g = linear_into(self.ffn_out, f, scratch.get("proj", x1.shape, x1))  # (M, H)
+        return self.ffn_norm(g.add_(x1)).view(x.shape)
 
     # the token-wise parts, separate so that `inference.compile_layers` can fuse them with torch.compile
     def attn_residual(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
@@ -60,9 +80,11 @@ class Encoder(nn.Module):
                 output_attentions: bool = False):
         hidden = [x] if output_hidden_states else None
         scores_all = [] if output_attentions else None
+        # no-grad prediction: one set of buffers for the big intermediates of all layers (scratch.py)
+        scratch = Scratch() if enabled() and not self.training and not output_attentions else None
         for step in self.schedule():
             for idx in step:
-                x, scores = self.layers[idx](x, mask, output_attentions)
+                x, scores = self.layers[idx](x, mask, output_attentions, scratch)
                 if output_attentions:
                     scores_all.append(scores)
             if output_hidden_states:

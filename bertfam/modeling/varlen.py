@@ -82,15 +82,21 @@ def repad(x: torch.Tensor, p: Packed, fill: float = 0.0) -> torch.Tensor:
     return out.view(p.batch, p.seq_len, *x.shape[1:])
 
 
-def attention(qkv: torch.Tensor, p: Packed, dropout_p: float = 0.0) -> torch.Tensor:
-    """Self-attention inside each sequence. qkv: (N, 3, heads, d) -> context (N, heads * d)."""
+def attention(qkv: torch.Tensor, p: Packed, dropout_p: float = 0.0,
+              out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Self-attention inside each sequence. qkv: (N, 3, heads, d) -> context (N, heads * d).
+    `out` (N, heads, d): a buffer to write the context into (the "loop" kernel uses it, others copy)."""
     N, _, h, d = qkv.shape
-    fn = {"loop": _attn_loop, "njt": _attn_njt, "pad": _attn_pad, "block": _attn_block}[p.kernel]
-    return fn(qkv, p, dropout_p).reshape(N, h * d)
+    if p.kernel == "loop":
+        return _attn_loop(qkv, p, dropout_p, out).reshape(N, h * d)
+    fn = {"njt": _attn_njt, "pad": _attn_pad, "block": _attn_block}[p.kernel]
+    ctx = fn(qkv, p, dropout_p)
+    return (ctx if out is None else out.copy_(ctx)).reshape(N, h * d)
 
 
-def _attn_loop(qkv, p, dropout_p):
-    out = torch.empty(qkv.shape[0], qkv.shape[2], qkv.shape[3], dtype=qkv.dtype, device=qkv.device)  # (N, h, d)
+def _attn_loop(qkv, p, dropout_p, out=None):
+    if out is None:
+        out = torch.empty(qkv.shape[0], qkv.shape[2], qkv.shape[3], dtype=qkv.dtype, device=qkv.device)  # (N, h, d)
     bounds = p.cu_seqlens.tolist()
     for s, e in zip(bounds[:-1], bounds[1:]):
         q, k, v = qkv[s:e].permute(1, 2, 0, 3).unsqueeze(1)  # each (1, h, L, d), views
