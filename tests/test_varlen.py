@@ -226,6 +226,9 @@ def test_attention_kernels_agree(kernel):
         ref.append((w @ v).transpose(0, 1).reshape(e - s, 16))
     assert out.shape == (24, 16)
     assert (out - torch.cat(ref)).abs().max() <= TOL
+    buf = torch.full((24, 2, 8), float("nan"))  # the scratch path hands a buffer to write into
+    into = varlen.attention(qkv, p, out=buf)
+    assert torch.equal(into, out) and into.data_ptr() == buf.data_ptr()
 
 
 def test_unpad_repad_roundtrip():
@@ -294,7 +297,7 @@ def test_scratch_buffers_are_bit_identical(family, act, layout, monkeypatch):
     with torch.inference_mode():
         fast = model(**kw)
         applications = sum(len(step) for step in model.backbone.encoder.schedule())  # ALBERT: groups x inner
-        assert calls.count("ffn") == applications, "scratch path not taken"
+        assert calls.count("wide") == applications, "scratch path not taken"
         n = len(calls)
         plain = _without_scratch(model, kw)
         assert len(calls) == n
@@ -326,3 +329,13 @@ def test_scratch_buffers_only_without_autograd(tiny_cfg):
         assert made == [1]
     finally:
         encoder.Scratch = orig
+
+
+def test_scratch_buffers_off_under_autocast(tiny_cfg):
+    """autocast chooses each matmul's dtype; writing into float32 buffers would silently undo it."""
+    from bertfam.modeling import scratch
+    with torch.no_grad():
+        assert scratch.enabled()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not scratch.enabled()
+    assert not scratch.enabled()  # grad on

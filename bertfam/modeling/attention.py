@@ -9,7 +9,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from . import varlen
-from .scratch import Scratch, linear_into
+from .scratch import linear_into
 from .varlen import Packed
 
 
@@ -41,15 +41,10 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(H, H)
         self.p_drop = cfg.attention_probs_dropout_prob
 
-    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor | Packed], need_scores: bool = False,
-                scratch: Optional[Scratch] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """x: (B, T, H) with an additive mask (or None), or packed real tokens (N, H) with a `Packed` plan.
-
-        With `scratch` the QKV projection, the context and the output projection (the returned tensor)
-        are written into its reused buffers."""
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor | Packed],
+                need_scores: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """x: (B, T, H) with an additive mask (or None), or packed real tokens (N, H) with a `Packed` plan."""
         p_drop = self.p_drop if self.training else 0.0
-        if scratch is not None:
-            return self._forward_reusing(x, mask, scratch), None
         if isinstance(mask, Packed):
             qkv = self.qkv(x).view(x.shape[0], 3, self.heads, self.head_dim)  # (N, 3, h, d)
             return self.out(varlen.attention(qkv, mask, p_drop)), None
@@ -69,18 +64,19 @@ class SelfAttention(nn.Module):
         ctx = ctx.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
         return self.out(ctx), scores
 
-    def _forward_reusing(self, x: torch.Tensor, mask, scratch: Scratch) -> torch.Tensor:
+    def forward_into(self, x: torch.Tensor, mask, qkv_buf: torch.Tensor, ctx_buf: torch.Tensor,
+                     out: torch.Tensor) -> torch.Tensor:
+        """Eval-mode forward writing the QKV projection (M, 3H), the context (M, H) and the output
+        projection (M, H) into the given buffers (see scratch.py); M = B * T, or N packed tokens."""
         H = x.shape[-1]
-        x2 = x.reshape(-1, H)  # (M, H)
-        M = x2.shape[0]
-        qkv = linear_into(self.qkv, x2, scratch.get("qkv", (M, 3 * H), x2))  # (M, 3H)
+        M = qkv_buf.shape[0]
+        qkv = linear_into(self.qkv, x.reshape(M, H), qkv_buf)  # (M, 3H)
         if isinstance(mask, Packed):
             ctx = varlen.attention(qkv.view(M, 3, self.heads, self.head_dim), mask, 0.0,
-                                   out=scratch.get("ctx", (M, self.heads, self.head_dim), x2))  # (N, H)
+                                   out=ctx_buf.view(M, self.heads, self.head_dim))  # (N, H)
         else:
             B, T, _ = x.shape
             q, k, v = qkv.view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, h, T, d)
             c = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, h, T, d)
-            ctx = scratch.get("ctx", (B, T, self.heads, self.head_dim), x2).copy_(c.transpose(1, 2))
-            ctx = ctx.view(M, H)
-        return linear_into(self.out, ctx, scratch.get("proj", (M, H), x2)).view(x.shape)
+            ctx = ctx_buf.view(B, T, self.heads, self.head_dim).copy_(c.transpose(1, 2)).view(M, H)
+        return linear_into(self.out, ctx, out)

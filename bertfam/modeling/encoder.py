@@ -39,14 +39,19 @@ class Layer(nn.Module):
 
     def _forward_reusing(self, x: torch.Tensor, mask, scratch: Scratch) -> torch.Tensor:
         """Same kernels and operation order as attn_residual / ffn_block in eval mode (dropout is the
-        identity there), so the result is bit-for-bit the same."""
-        H = x.shape[-1]
+        identity there), so the result is bit-for-bit the same. Two buffers for every layer: "wide"
+        holds QKV + the attention context, then (both dead by then) the FFN activation; "proj" holds
+        the attention output projection, then the FFN output."""
+        H, I = x.shape[-1], self.ffn_in.out_features
         x2 = x.reshape(-1, H)  # (M, H), M = B * T or N
-        a = self.attn(x, mask, scratch=scratch)[0].reshape(-1, H)  # (M, H), the "proj" buffer
+        M = x2.shape[0]
+        wide = scratch.get("wide", (M * max(4 * H, I),), x2)
+        proj = scratch.get("proj", (M, H), x2)
+        a = self.attn.forward_into(x, mask, wide[:3 * M * H].view(M, 3 * H), wide[3 * M * H:4 * M * H].view(M, H),
+                                   proj)  # (M, H) in proj
         x1 = self.attn_norm(a.add_(x2))  # x + a (addition commutes bit for bit)
-        f = linear_into(self.ffn_in, x1, scratch.get("ffn", (x1.shape[0], self.ffn_in.out_features), x1))
-        f = activate_(self.act, f)  # (M, I)
-        g = linear_into(self.ffn_out, f, scratch.get("proj", x1.shape, x1))  # (M, H)
+        f = activate_(self.act, linear_into(self.ffn_in, x1, wide[:M * I].view(M, I)))  # (M, I)
+        g = linear_into(self.ffn_out, f, proj)  # (M, H)
         return self.ffn_norm(g.add_(x1)).view(x.shape)
 
     # the token-wise parts, separate so that `inference.compile_layers` can fuse them with torch.compile
