@@ -17,7 +17,8 @@ bertfam and converted with bertfam.convert.hf.export_hf, so every engine runs th
 Also the machine's fp32 matmul ceiling (torch, GFLOP/s) and each result as a fraction of it (model FLOPs
 of real tokens only: 2 x linear MACs + attention; x3 for training; the MLM head is not counted).
 Timings: the engines of one case run interleaved in one process (engine order rotates every repetition,
-so load drift hits all alike); each number is the median of --reps repetitions after one warm-up, with
+so load drift hits all alike); each number is the median of --reps repetitions after one warm-up (one
+repetition = passes over the case's batches for at least --min-rep-s seconds, time per pass), with
 the spread (min-max) beside it. Writes the table to stdout, docs/benchmarks.md, docs/benchmarks.png and
 docs/benchmarks.json.
 """
@@ -194,10 +195,17 @@ def worker_time(args) -> dict:
         order = engines[r % len(engines):] + engines[:r % len(engines)]
         for e in order:
             time.sleep(0.2)  # let the other engine's spinning threads go to sleep
-            t0 = time.perf_counter()
-            for b in batches:
-                fns[e](b)
-            times[e].append(time.perf_counter() - t0)
+            # a short case (bert-mini: ~0.1 s a pass) is passed over repeatedly for at least --min-rep-s,
+            # so one repetition is not one noisy sample of a few milliseconds
+            t0, passes = time.perf_counter(), 0
+            while True:
+                for b in batches:
+                    fns[e](b)
+                passes += 1
+                elapsed = time.perf_counter() - t0
+                if elapsed >= args.min_rep_s:
+                    break
+            times[e].append(elapsed / passes)
         gflops.append(matmul_gflops())  # the ceiling under this repetition's load
     return {"times": times, "real_tokens": real_tokens(batches), "ceiling": statistics.median(gflops),
             "padded_tokens": int(sum(b["input_ids"].numel() for b in batches)),
@@ -332,7 +340,8 @@ WORKERS = {"time": worker_time, "memory": worker_memory, "ceiling": worker_ceili
 # ----------------------------------------------------------------------------- parent
 def run_worker(args, what: str, **kw) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", what, "--threads", str(args.threads),
-           "--reps", str(args.reps), "--workdir", args.workdir, "--scale", str(args.scale)]
+           "--reps", str(args.reps), "--workdir", args.workdir, "--scale", str(args.scale),
+           "--min-rep-s", str(args.min_rep_s)]
     for k, v in kw.items():
         cmd += [f"--{k}", str(v)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
@@ -359,6 +368,9 @@ def main() -> int:
                     help="batch sizes x this (default 1; 0.5 with --quick); for a busy machine")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--min-rep-s", type=float, default=1.0,
+                    help="each repetition passes over the case's batches until this many seconds have gone by "
+                         "(seconds per pass = elapsed / passes)")
     ap.add_argument("--models", default=None, help="comma list of bert-base,bert-mini")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--engines", default="transformers,onnxruntime,bertfam")
@@ -468,7 +480,9 @@ def markdown(results: dict) -> str:
           if any(s["fraction_of_ceiling"] > 1 and "ceiling" not in row for m in results["models"].values()
                  for row in m["cases"].values() for s in row["engines"].values()) else []),
         "Throughput = real (non-padding) tokens per second, median of "
-        f"{results['args']['reps']} repetitions after a warm-up, [min-max] beside it; ×HF = ratio to transformers; "
+        f"{results['args']['reps']} repetitions after a warm-up (a repetition passes over the case's batches "
+        f"until {results['args'].get('min_rep_s', 0):g} s have gone by), [min-max] beside it; ×HF = ratio to "
+        "transformers; "
         "% ceiling = useful model FLOP/s (real tokens only) over the matmul ceiling (GFLOP/s of a 1024x768x3072 "
         "matmul measured between the case's repetitions, shown after the case name); bound = padded tokens / real "
         "tokens of the case's batches: the speed-up that skipping padding alone can give when every token costs "
