@@ -157,7 +157,8 @@ def parity(d: str, device: torch.device, vocab: int) -> dict:
         a = ours.backbone(**b).last_hidden_state
         p = ours.backbone(**b, unpad=False).last_hidden_state
         h = hf(**b).last_hidden_state
-    return {"unpadded_vs_padded": float((a - p)[m].abs().max()), "bertfam_vs_transformers": float((a - h)[m].abs().max())}
+    return {"unpadded_vs_padded": float((a - p)[m].abs().max()),
+            "bertfam_vs_transformers": float((a - h)[m].abs().max())}
 
 
 def main() -> int:
