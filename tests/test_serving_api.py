@@ -40,6 +40,26 @@ def model_of(service, ep):
 
 
 # ------------------------------------------------------------------ endpoints
+@pytest.mark.parametrize("ep,body", [
+    ("mrc", {"question": "中国的首都是哪里？", "passage": PASSAGE}),
+    ("classify", {"text": "这家店很好"}),
+    ("ner", {"text": "王小明在北京工作"}),
+    ("embed", {"texts": ["北京", "上海"]}),
+    ("fill-mask", {"text": "北京是中国的[MASK]都。"}),
+])
+def test_every_endpoint_runs_the_buffer_reusing_encoder(client, ep, body, monkeypatch):
+    """Prediction must take the fastest correct path: no autograd, eval mode, so the encoder reuses its
+    per-forward scratch buffers (bertfam/modeling/scratch.py); counted, not assumed."""
+    from bertfam.modeling import encoder
+
+    made = []
+    real = encoder.Scratch
+    monkeypatch.setattr(encoder, "Scratch", lambda: made.append(1) or real())
+    r = client.post(f"/v1/{ep}", json=body)
+    assert r.status_code == 200, r.text
+    assert made, f"/v1/{ep} ran the encoder without the scratch buffers (autograd on, or train mode)"
+
+
 def test_health_lists_models_endpoints_and_limits(client):
     h = client.get("/health").json()
     assert h["status"] == "ok"
