@@ -339,3 +339,12 @@ def test_scratch_buffers_off_under_autocast(tiny_cfg):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             assert not scratch.enabled()
     assert not scratch.enabled()  # grad on
+
+
+def test_compile_layers_turns_buffer_reuse_off(tiny_cfg):
+    """compile_layers wraps attn_residual / ffn_block; the buffer-reusing forward would bypass them."""
+    from bertfam.modeling.inference import compile_layers
+    model = bertfam.build_model(tiny_cfg, seed=0).eval()
+    assert all(layer.reuse_buffers for layer in model.backbone.encoder.layers)
+    compile_layers(model)  # wrapping is lazy: nothing compiles until a call
+    assert not any(layer.reuse_buffers for layer in model.backbone.encoder.layers)

@@ -24,18 +24,16 @@ class Layer(nn.Module):
         self.ffn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
         self.act = ACT[cfg.hidden_act]
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.reuse_buffers = True  # see scratch.py; inference.compile_layers turns it off
 
     def forward(self, x: torch.Tensor, mask, need_scores: bool = False, scratch: Optional[Scratch] = None):
         """x: (B, T, H) with an additive mask, or packed (N, H) with a varlen.Packed plan.
 
         With `scratch` (no autograd; see scratch.py) the big intermediates go to reused buffers."""
-        if scratch is not None and not need_scores and not self._compiled():
+        if scratch is not None and self.reuse_buffers and not need_scores:
             return self._forward_reusing(x, mask, scratch), None
         a, scores = self.attn(x, mask, need_scores)
         return self.ffn_block(self.attn_residual(x, a)), scores
-
-    def _compiled(self) -> bool:
-        return "ffn_block" in self.__dict__ or "attn_residual" in self.__dict__  # inference.compile_layers
 
     def _forward_reusing(self, x: torch.Tensor, mask, scratch: Scratch) -> torch.Tensor:
         """Same kernels and operation order as attn_residual / ffn_block in eval mode (dropout is the

@@ -53,4 +53,5 @@ def compile_layers(model: torch.nn.Module, **compile_kwargs) -> torch.nn.Module:
     for layer in backbone.encoder.layers:
         layer.attn_residual = torch.compile(layer.attn_residual, **kw)
         layer.ffn_block = torch.compile(layer.ffn_block, **kw)
+        layer.reuse_buffers = False  # the buffer-reusing forward would bypass the compiled blocks
     return model
