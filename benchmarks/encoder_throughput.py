@@ -71,42 +71,25 @@ def set_threads(n: int) -> None:
 def make_batches(case: str, vocab: int, seed: int = 0, scale: float = 1.0) -> list[dict]:
     """The case's batches, padded to their longest sequence (right padding, as tokenizers do)."""
     import numpy as np
-    import torch
 
     kind, B, lo, hi, n = CASES[case]
     B = max(1 if lo == hi else 2, round(B * scale))
     rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        lengths = rng.integers(lo, hi + 1, size=B)
-        T = int(lengths.max())
-        mask = torch.from_numpy((np.arange(T)[None] < lengths[:, None]).astype(np.int64))
-        ids = torch.from_numpy(rng.integers(106, vocab, size=(B, T))) * mask  # 106+: no special ids
-        ids[:, 0] = 101  # [CLS]
-        ids[torch.arange(B), torch.from_numpy(lengths - 1)] = 102  # [SEP]
-        out.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)})
-    return out
+    return [random_batch(rng, B, lo, hi, vocab) for _ in range(n)]
 
 
-def mlm_batches(batches: list[dict], vocab: int, seed: int = 0) -> list[dict]:
-    """Re-collate with bertfam's PretrainCollator: 15 % token masking, labels and masked_positions."""
+def random_batch(rng, B: int, lo: int, hi: int, vocab: int) -> dict:
+    """B sequences [CLS] random ids [SEP], lengths uniform in lo..hi, right-padded to the longest."""
     import numpy as np
     import torch
 
-    from bertfam.objectives.collator import PretrainCollator
-    from bertfam.objectives.masking import WORD_BEGIN, Masker, MaskingConfig
-
-    masker = Masker(MaskingConfig(strategy="token", rate=0.15), vocab, mask_id=103, special_ids=[0, 100, 101, 102, 103])
-    coll = PretrainCollator(masker, pad_id=0, pair=False, masked_positions=True)
-    torch.manual_seed(seed)
-    out = []
-    for b in batches:
-        exs = []
-        for ids, m in zip(b["input_ids"], b["attention_mask"]):
-            real = ids[m.bool()].numpy()
-            exs.append({"input_ids": real, "flags": np.full(len(real), WORD_BEGIN, np.uint8)})
-        out.append(coll(exs))
-    return out
+    lengths = rng.integers(lo, hi + 1, size=B)
+    T = int(lengths.max())
+    mask = torch.from_numpy((np.arange(T)[None] < lengths[:, None]).astype(np.int64))
+    ids = torch.from_numpy(rng.integers(106, vocab, size=(B, T))) * mask  # 106+: no special ids
+    ids[:, 0] = 101  # [CLS]
+    ids[torch.arange(B), torch.from_numpy(lengths - 1)] = 102  # [SEP]
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
 
 
 def real_tokens(batches: list[dict]) -> int:

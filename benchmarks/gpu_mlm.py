@@ -38,6 +38,7 @@ sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from encoder_throughput import model_flops, random_batch, real_tokens  # noqa: E402  (script dir on the path)
 
 # case: (kind, batch, min length, max length)
 CASES = {"train 128": ("train", 256, 128, 128), "train 16-512": ("train", 64, 16, 512),
@@ -47,37 +48,26 @@ PEAK_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L40S": 362.1, "A10"
 
 
 def batches(kind: str, B: int, lo: int, hi: int, vocab: int, n: int, seed: int = 0) -> list[dict]:
-    """n batches, right-padded, 15 % token masking (labels -100 elsewhere) as the pre-training collator."""
+    """n random batches (encoder_throughput's), with 15 % of the real tokens masked for training."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
-        lengths = rng.integers(lo, hi + 1, size=B)
-        T = int(lengths.max())
-        mask = np.arange(T)[None] < lengths[:, None]  # (B, T)
-        ids = rng.integers(106, vocab, size=(B, T)) * mask
-        ids[:, 0] = 101
-        ids[np.arange(B), lengths - 1] = 102
-        chosen = (rng.random((B, T)) < 0.15) & mask
-        chosen[:, 0] = False
-        labels = np.where(chosen, ids, -100)
-        ids = np.where(chosen, 103, ids)  # all [MASK]: the 80/10/10 split does not change the cost
-        b = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask.astype(np.int64)),
-             "token_type_ids": torch.zeros(B, T, dtype=torch.long)}
+        b = random_batch(rng, B, lo, hi, vocab)
         if kind == "train":
-            b["labels"] = torch.from_numpy(labels)
+            ids = b["input_ids"]
+            chosen = torch.from_numpy(rng.random(tuple(ids.shape)) < 0.15) & b["attention_mask"].bool()
+            chosen[:, 0] = False
+            b["labels"] = ids.masked_fill(~chosen, -100)
+            b["input_ids"] = ids.masked_fill(chosen, 103)  # all [MASK]: 80/10/10 does not change the cost
         out.append(b)
     return out
 
 
-def useful_flops(cfg, b: dict, train: bool) -> float:
-    """Encoder on real tokens (2 x MACs of the linears + attention) + the MLM head on masked tokens."""
-    H, I, L, V = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, cfg.vocab_size
-    total = 0.0
-    for n in b["attention_mask"].sum(1).tolist():
-        total += L * (2 * n * (4 * H * H + 2 * H * I) + 4 * n * n * H)
-    if train:
-        total += 2 * int(b["labels"].ne(-100).sum()) * (H * H + H * V)
-    return total * (3 if train else 1)
+def useful_flops(cfg, bs: list[dict], train: bool) -> float:
+    """Encoder on real tokens (encoder_throughput.model_flops) + the MLM head on masked tokens (x3 to train)."""
+    H, V = cfg.hidden_size, cfg.vocab_size
+    head = sum(2 * int(b["labels"].ne(-100).sum()) * (H * H + H * V) for b in bs) if train else 0.0
+    return model_flops(cfg, bs, train) + head * (3 if train else 1)
 
 
 def make_engine(name: str, kind: str, d: str, device: torch.device, amp):
@@ -199,9 +189,8 @@ def main() -> int:
         kind, B, lo, hi = CASES[case]
         B = max(2, B // 16) if args.tiny else B
         bs = batches(kind, B, lo, hi, cfg.vocab_size, args.batches, seed=1)
+        real, flops = real_tokens(bs), useful_flops(cfg, bs, kind == "train")
         bs = [{k: v.to(device) for k, v in b.items()} for b in bs]  # transfers are not timed
-        real = int(sum(int(b["attention_mask"].sum()) for b in bs))
-        flops = sum(useful_flops(cfg, b, kind == "train") for b in bs)
         row = {}
         user_kernel = os.environ.get("BERTFAM_VARLEN_KERNEL")
         for eng in args.engines.split(","):
