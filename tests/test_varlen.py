@@ -263,13 +263,14 @@ def test_length_grouped_prediction_keeps_order():
 
 # ---------------------------------------------------------------- scratch buffers (no-grad prediction)
 def _without_scratch(model, kw):
-    from bertfam.modeling import encoder
-    orig = encoder.Scratch
-    encoder.Scratch = lambda: None  # the plain path: every layer allocates its own results
+    layers = model.backbone.encoder.layers
+    for layer in layers:
+        layer.reuse_buffers = False  # the plain path: every layer allocates its own results
     try:
         return model(**kw)
     finally:
-        encoder.Scratch = orig
+        for layer in layers:
+            layer.reuse_buffers = True
 
 
 @pytest.mark.parametrize("family", sorted(FAMILY_CFGS))
@@ -308,27 +309,24 @@ def test_scratch_buffers_are_bit_identical(family, act, layout, monkeypatch):
             assert torch.equal(a, b)
 
 
-def test_scratch_buffers_only_without_autograd(tiny_cfg):
+def test_scratch_buffers_only_without_autograd(tiny_cfg, monkeypatch):
     """Training (grad on, or train mode with dropout) never takes the buffer-reusing path."""
     from bertfam.modeling import encoder
     made = []
     orig = encoder.Scratch
     model = bertfam.build_model(tiny_cfg, seed=1)
     kw = _batch(tiny_cfg)
-    try:
-        encoder.Scratch = lambda: made.append(1) or orig()
-        model.train()
-        model(**kw).last_hidden_state.sum().backward()
-        with torch.no_grad():
-            model(**kw)  # train mode: dropout active, the plain path
-        model.eval()
-        model(**kw).last_hidden_state.sum().backward()  # grad enabled
-        assert made == []
-        with torch.no_grad():
-            model(**kw)
-        assert made == [1]
-    finally:
-        encoder.Scratch = orig
+    monkeypatch.setattr(encoder, "Scratch", lambda: made.append(1) or orig())
+    model.train()
+    model(**kw).last_hidden_state.sum().backward()
+    with torch.no_grad():
+        model(**kw)  # train mode: dropout active, the plain path
+    model.eval()
+    model(**kw).last_hidden_state.sum().backward()  # grad enabled
+    assert made == []
+    with torch.no_grad():
+        model(**kw)
+    assert made == [1]
 
 
 def test_scratch_buffers_off_under_autocast(tiny_cfg):
