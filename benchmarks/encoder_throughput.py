@@ -39,7 +39,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from proc_memory import status_mb  # noqa: E402  (benchmarks/ is on the path when run as a script)
 
-MODELS = {"bert-base": "bert-base-chinese", "bert-mini": "bert-mini-chinese"}
+MODELS = {"bert-base": "bert-base-chinese", "bert-mini": "bert-mini-chinese",
+          "bert-tiny": "bert-tiny-chinese"}  # bert-tiny: the smoke test only
 # case: (kind, batch size, min length, max length, batches per repetition); quick mode halves the work
 CASES = {
     "infer 16-128": ("infer", 8, 16, 128, 2),
@@ -90,6 +91,27 @@ def random_batch(rng, B: int, lo: int, hi: int, vocab: int) -> dict:
     ids[:, 0] = 101  # [CLS]
     ids[torch.arange(B), torch.from_numpy(lengths - 1)] = 102  # [SEP]
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
+def mlm_batches(batches: list[dict], vocab: int, seed: int = 0) -> list[dict]:
+    """Re-collate with bertfam's PretrainCollator: 15 % token masking, labels and masked_positions."""
+    import numpy as np
+    import torch
+
+    from bertfam.objectives.collator import PretrainCollator
+    from bertfam.objectives.masking import WORD_BEGIN, Masker, MaskingConfig
+
+    masker = Masker(MaskingConfig(strategy="token", rate=0.15), vocab, mask_id=103, special_ids=[0, 100, 101, 102, 103])
+    coll = PretrainCollator(masker, pad_id=0, pair=False, masked_positions=True)
+    torch.manual_seed(seed)
+    out = []
+    for b in batches:
+        exs = []
+        for ids, m in zip(b["input_ids"], b["attention_mask"]):
+            real = ids[m.bool()].numpy()
+            exs.append({"input_ids": real, "flags": np.full(len(real), WORD_BEGIN, np.uint8)})
+        out.append(coll(exs))
+    return out
 
 
 def real_tokens(batches: list[dict]) -> int:
@@ -356,7 +378,7 @@ def main() -> int:
     ap.add_argument("--min-rep-s", type=float, default=1.0,
                     help="each repetition passes over the case's batches until this many seconds have gone by "
                          "(seconds per pass = elapsed / passes)")
-    ap.add_argument("--models", default=None, help="comma list of bert-base,bert-mini")
+    ap.add_argument("--models", default=None, help="comma list of bert-base,bert-mini (bert-tiny: smoke test)")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--engines", default="transformers,onnxruntime,bertfam")
     ap.add_argument("--no-memory", action="store_true")

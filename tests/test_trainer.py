@@ -95,18 +95,43 @@ def test_checkpoint_rotation_and_latest(tmp_path, tiny_cfg):
         latest_checkpoint(str(tmp_path / "nothing"))
 
 
+class _GradRecorder(Trainer):
+    """Records the gradients the optimizer is handed at each step (after accumulation)."""
+
+    def _setup(self):
+        super()._setup()
+        self.grads, step = [], self.optim.step
+
+        def recording_step(*a, **k):
+            self.grads.append([p.grad.detach().clone() for p in self.model.parameters()])
+            return step(*a, **k)
+        self.optim.step = recording_step
+
+
+def _accumulated_grads(tmp_path, cfg, data, bs, acc):
+    m = bertfam.build_model(cfg.replace(head=HeadConfig(task="classification", num_labels=2)), seed=1)
+    tc = TrainConfig(out_dir=str(tmp_path / f"{bs}x{acc}"), max_steps=1, batch_size=bs, grad_accum=acc, lr=1e-3,
+                     max_grad_norm=None, progress=False, shuffle=False, save_final=False)
+    t = _GradRecorder(m, tc, data, _collate)
+    t.train()
+    return t.grads[0]
+
+
 def test_grad_accumulation_matches_big_batch(tmp_path, tiny_cfg):
+    # Compare the gradient of one optimizer step, not parameters after AdamW: AdamW divides by sqrt(v), which
+    # turns float32 summation-order noise in near-zero gradients into 1e-5 parameter differences (seen on
+    # AVX-512). The gradients themselves agree to float32 reduction order.
     cfg = tiny_cfg.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     data = [dict(x, ids=x["ids"][:4]) for x in _data()]  # equal lengths: mean of means == mean
-    res = []
-    for bs, acc in ((16, 1), (8, 2)):
-        m = bertfam.build_model(cfg.replace(head=HeadConfig(task="classification", num_labels=2)), seed=1)
-        tc = TrainConfig(out_dir=str(tmp_path / f"{bs}"), max_steps=3, batch_size=bs, grad_accum=acc, lr=1e-3,
-                         progress=False, shuffle=False, save_final=False)
-        Trainer(m, tc, data, _collate).train()
-        res.append(m)
-    for a, b in zip(res[0].parameters(), res[1].parameters()):
-        assert torch.allclose(a, b, atol=1e-5)
+    big = _accumulated_grads(tmp_path, cfg, data, 16, 1)
+    for bs, acc in ((8, 2), (4, 4)):
+        small = _accumulated_grads(tmp_path, cfg, data, bs, acc)
+        for a, b in zip(big, small):
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-7 * float(a.abs().max()) + 1e-9)
+    # the check can fail: the gradient of the first micro-batch alone (an accumulation that kept only one
+    # micro-batch, or summed instead of averaged, would look like this) is far from the big batch's
+    half = _accumulated_grads(tmp_path, cfg, data[:8], 8, 1)
+    assert max(float((a - b).abs().max() / (a.abs().max() + 1e-12)) for a, b in zip(big, half)) > 1e-2
 
 
 def test_batch_plan_sharding_and_grouping():
