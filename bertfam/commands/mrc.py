@@ -29,6 +29,8 @@ def register(sub) -> None:
     t.add_argument("--log-every", type=int, default=10)
     t.add_argument("--eval-limit", type=int, default=500, help="dev questions scored at each epoch end (0: all)")
     t.add_argument("--limit", type=int, default=None, help="use only the first N training questions")
+    t.add_argument("--resume", default=None, metavar="RUN_OR_CHECKPOINT",
+                   help="continue an interrupted run (its OUT directory or one checkpoint) with the same options")
     _window_args(t)
     t.set_defaults(func=_train)
 
@@ -94,7 +96,8 @@ def _window_args(p) -> None:
 
 
 def _decode_args(p) -> None:
-    p.add_argument("--max-answer-length", type=int, default=64, help="tokens")
+    p.add_argument("--max-answer-length", type=int, default=None,
+                   help="tokens (default: the model's tuned setting, else 64)")
     p.add_argument("--n-best", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=32)
 
@@ -153,7 +156,7 @@ def _train(args) -> int:
                         doc_stride=args.doc_stride if args.doc_stride is not None else 128,
                         max_query_length=args.max_query_length, use_title=not args.no_title,
                         tune=args.tune_threshold, eval_limit=args.eval_limit or None, train_config=tc,
-                        dev_name=dev_name)
+                        dev_name=dev_name, resume_from=_resume_path(args.resume))
     summary["sources"] = [r.to_dict() for r in reports]
     from ..utils import atomic_write_text
 
@@ -161,6 +164,14 @@ def _train(args) -> int:
                       json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n")
     print(json.dumps({k: v for k, v in summary.items() if k != "sources"}, ensure_ascii=False, default=str))
     return 0
+
+
+def _resume_path(resume):
+    if not resume:
+        return None
+    from ..training.trainer import latest_checkpoint
+
+    return latest_checkpoint(resume)
 
 
 def _write_predictions(preds: dict, nbest: dict, out: str, nbest_out) -> None:

@@ -27,6 +27,7 @@ log = logging.getLogger("bertfam")
 NO_ANSWER = "no answer"
 DEFAULT_NULL_THRESHOLD = 0.0
 DEFAULT_ANSWERABLE_THRESHOLD = 0.5
+DEFAULT_MAX_ANSWER_LENGTH = 64  # tokens
 
 
 def _as_list(model) -> list:
@@ -43,7 +44,8 @@ class MRCPredictor:
     (their start/end logits and answerability probabilities are averaged: a logit-level ensemble)."""
 
     def __init__(self, model, tokenizer=None, max_length: Optional[int] = None, doc_stride: Optional[int] = None,
-                 max_answer_length: int = 64, n_best: int = 20, batch_size: int = 32, max_query_length: int = 64,
+                 max_answer_length: Optional[int] = None, n_best: int = 20, batch_size: int = 32,
+                 max_query_length: int = 64,
                  use_title: Optional[bool] = None, null_threshold: Optional[float] = None,
                  answerable_threshold: Optional[float] = None):
         self.models = _as_list(model)
@@ -65,6 +67,9 @@ class MRCPredictor:
         doc_stride = doc_stride if doc_stride is not None else int(cfg.head.extra.get("doc_stride", 128))
         limit = min(m.config.max_position_embeddings - m.config.position_offset for m in self.models)
         self.max_length = min(max_length, limit)
+        # None: the longest answer the model's decoding was tuned for (head.extra), else 64 tokens
+        max_answer_length = (max_answer_length if max_answer_length is not None else
+                             int(cfg.head.extra.get("max_answer_length", DEFAULT_MAX_ANSWER_LENGTH)))
         self.doc_stride, self.max_answer_length, self.n_best = doc_stride, max_answer_length, n_best
         self.batch_size, self.max_query_length = batch_size, max_query_length
         extra = [m.config.head.extra for m in self.models]
@@ -92,6 +97,12 @@ class MRCPredictor:
 
     def raw_scores(self, items: Sequence[dict]) -> list[dict]:
         """Per item: n-best spans (character offsets), the best null diff and max P(answerable)."""
+        return [decode(ws, it["passage"], self.n_best, self.max_answer_length)
+                for ws, it in zip(self.window_scores(items), items)]
+
+    def window_scores(self, items: Sequence[dict]) -> list[list[tuple]]:
+        """Per item: its windows' (window, start logits, end logits, P(answerable)), the input of `decode`
+        (one forward pass can then be decoded with several settings)."""
         if not items:
             return []
         windows = build_windows(self.tokenizer, items, self.max_length, self.doc_stride, self.max_query_length,
@@ -99,7 +110,7 @@ class MRCPredictor:
         per_item: list[list[tuple[Window, np.ndarray, np.ndarray, float]]] = [[] for _ in items]
         for w, s, e, p in self._forward(windows):
             per_item[w.example_index].append((w, s, e, p))
-        return [decode(ws, it["passage"], self.n_best, self.max_answer_length) for ws, it in zip(per_item, items)]
+        return per_item
 
     def decide(self, raw: dict, details: bool = False) -> dict:
         best = raw["nbest"][0] if raw["nbest"] else None
@@ -313,10 +324,21 @@ def _finite(x):
 def tune_thresholds(predictor: MRCPredictor, examples: Sequence) -> dict:
     """Grid-search (null_threshold, answerable_threshold) for the best official DuReader F1 on `examples`
     (EM breaks ties). Returns the chosen values and the dev scores before/after."""
+    items = [{"question": ex.question, "passage": ex.context, "title": ex.title} for ex in examples]
+    return tune_on_raw(predictor.raw_scores(items), examples, predictor.null_threshold,
+                       predictor.answerable_threshold, predictor.has_answerability)
+
+
+def tune_on_raw(raws: Sequence[dict], examples: Sequence, null_threshold: float = DEFAULT_NULL_THRESHOLD,
+                answerable_threshold: float = DEFAULT_ANSWERABLE_THRESHOLD, has_answerability: bool = True,
+                rule: str = "both") -> dict:
+    """tune_thresholds on scores already computed (MRCPredictor.raw_scores / decode), so that several
+    decoding settings can be tuned on one forward pass. rule: "both" (span null score AND P(answerable)),
+    "null" (span null score alone) or "cls" (the answerability classifier alone)."""
     from ..evaluation.dureader import Reference, score_one
 
-    items = [{"question": ex.question, "passage": ex.context, "title": ex.title} for ex in examples]
-    raws = predictor.raw_scores(items)
+    if rule not in ("both", "null", "cls"):
+        raise ConfigError(f"rule {rule!r} not in both/null/cls")
     f1a, ema, f1n, emn, diffs, probs = [], [], [], [], [], []
     for ex, raw in zip(examples, raws):
         ref = Reference(ex.answer_texts, ex.is_impossible, ex.qtype)
@@ -331,14 +353,18 @@ def tune_thresholds(predictor: MRCPredictor, examples: Sequence) -> dict:
     finite = diffs[np.isfinite(diffs)]
     null_grid = np.unique(np.concatenate([[-1e9, 0.0], np.quantile(finite, np.linspace(0, 1, 41)) - 1e-6]
                                          if finite.size else [[-1e9, 0.0]]))
-    ans_grid = np.round(np.linspace(0.0, 0.95, 20), 2) if predictor.has_answerability else np.array([0.0])
+    ans_grid = np.round(np.linspace(0.0, 0.95, 20), 2) if has_answerability else np.array([0.0])
+    if rule == "null":
+        ans_grid = np.array([0.0])
+    elif rule == "cls":
+        null_grid = np.array([-1e9])
 
     def score(tn: float, ta: float) -> tuple[float, float]:
         answered = (diffs > tn) & (probs >= ta)
         return (float(np.where(answered, f1a, f1n).mean()), float(np.where(answered, ema, emn).mean()))
 
-    before = score(predictor.null_threshold, predictor.answerable_threshold)
-    best = (before, predictor.null_threshold, predictor.answerable_threshold)
+    before = score(null_threshold, answerable_threshold)
+    best = (before, null_threshold, answerable_threshold) if rule == "both" else ((-1.0, -1.0), 0.0, 0.0)
     for tn in null_grid:
         for ta in ans_grid:
             s = score(float(tn), float(ta))
@@ -356,6 +382,8 @@ def save_thresholds(model, model_dir: str, tuned: dict, tuned_on: str) -> None:
     extra = dict(model.config.head.extra, null_threshold=tuned["null_threshold"],
                  answerable_threshold=tuned["answerable_threshold"], thresholds_tuned_on=tuned_on,
                  tuned_dev_f1=round(tuned["dev_f1"], 3))
+    if tuned.get("max_answer_length"):  # tuned together with the thresholds
+        extra["max_answer_length"] = int(tuned["max_answer_length"])
     model.config.head = dataclasses.replace(model.config.head, extra=extra)
     model.config.save(os.path.join(model_dir, "config.json"))
 
@@ -388,7 +416,8 @@ def load_span_model(spec: str, vocab: Optional[str] = None, seed: int = 0):
 
 def train_mrc(model, train_examples: Sequence, out_dir: str, dev_examples: Sequence = (), *, max_length: int = 384,
               doc_stride: int = 128, max_query_length: int = 64, use_title: bool = True, tune: bool = True,
-              eval_limit: Optional[int] = 500, train_config: Optional[dict] = None, dev_name: str = "dev") -> dict:
+              eval_limit: Optional[int] = 500, train_config: Optional[dict] = None, dev_name: str = "dev",
+              resume_from: Optional[str] = None) -> dict:
     """Fine-tune a span model (span loss + answerability loss on every window), evaluate on dev at the
     end of each epoch (official DuReader F1/EM), then tune and save the thresholds on dev."""
     from ..training import TrainConfig, Trainer
@@ -415,7 +444,7 @@ def train_mrc(model, train_examples: Sequence, out_dir: str, dev_examples: Seque
 
     trainer = Trainer(model, tc, windows, lambda b: collate_windows(b, pad), eval_fn=eval_fn if eval_set else None,
                       lengths=[len(w.input_ids) for w in windows], tokenizer=tok)
-    summary = trainer.train()
+    summary = trainer.train(resume_from=resume_from)
     summary.pop("history", None)
     summary.update(train_questions=len(train_examples), train_windows=len(windows), answer_windows=n_pos,
                    multi_window_questions=n_multi)

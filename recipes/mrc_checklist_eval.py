@@ -1,0 +1,137 @@
+"""Tune a Chinese MRC model's decoding on the checklist-like dev set and score it on that dev set and on the
+DuReader-checklist demo (held out: never trained or tuned on), per answerability, next to always "no answer".
+
+Tuned on dev only (official DuReader F1, EM breaks ties): the longest answer (tokens, --lengths), the
+no-answer rule (span null score, the answerability classifier, or both) and its thresholds. One forward
+pass per set; every setting is decoded from it.
+
+Usage: python recipes/mrc_checklist_eval.py MODEL_DIR [MODEL_DIR ...] --dev runs/mrc-data/dev_checklist_like.json
+       [--demo ../shared/data/mrc/dureader_checklist/demo.json] [--save OUT_DIR] [--json OUT.json]
+       [--max-length 384] [--lengths 32,48,64,96,128] [--no-tune]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from collections import OrderedDict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+
+from bertfam.data.mrc import read_mrc  # noqa: E402
+from bertfam.evaluation.dureader import NO_ANSWER, Reference, evaluate  # noqa: E402
+from bertfam.tasks.mrc import decode, load_predictor, save_thresholds, tune_on_raw  # noqa: E402
+
+DEMO = os.path.join(ROOT, "..", "shared", "data", "mrc", "dureader_checklist", "demo.json")
+
+
+def items_of(examples) -> list[dict]:
+    return [{"question": e.question, "passage": e.context, "title": e.title} for e in examples]
+
+
+def answers(raws, tn: float, ta: float) -> list[str]:
+    out = []
+    for r in raws:
+        ok = r["nbest"] and r["null_diff"] > tn and (r["p_answerable"] is None or r["p_answerable"] >= ta)
+        out.append(r["nbest"][0]["text"] if ok else NO_ANSWER)
+    return out
+
+
+def score(examples, preds: list[str]) -> dict:
+    """Official F1/EM overall and per answerability, the always-"no answer" baseline, answered counts."""
+    res = {}
+    groups = {"all": examples, "answerable": [e for e in examples if not e.is_impossible],
+              "unanswerable": [e for e in examples if e.is_impossible]}
+    by_qid = {e.qid: p for e, p in zip(examples, preds)}
+    for name, exs in groups.items():
+        if not exs:
+            continue
+        refs = OrderedDict((e.qid, Reference(e.answer_texts, e.is_impossible, e.qtype)) for e in exs)
+        m = evaluate(refs, {q: by_qid[q] for q in refs})
+        b = evaluate(refs, {q: NO_ANSWER for q in refs})
+        res[name] = {"n": len(exs), "F1": round(float(m["F1"]), 2), "EM": round(float(m["EM"]), 2),
+                     "baseline_F1": round(float(b["F1"]), 2), "answered": sum(by_qid[q] != NO_ANSWER for q in refs)}
+    lens = [len(by_qid[e.qid]) for e in examples if by_qid[e.qid] != NO_ANSWER]
+    res["mean_answer_chars"] = round(sum(lens) / len(lens), 1) if lens else None
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--dev", required=True)
+    ap.add_argument("--demo", default=DEMO)
+    ap.add_argument("--max-length", type=int, default=None)
+    ap.add_argument("--doc-stride", type=int, default=None)
+    ap.add_argument("--lengths", default="32,48,64,96,128", help="max answer lengths (tokens) tried on dev")
+    ap.add_argument("--no-tune", action="store_true", help="score with the model's saved settings")
+    ap.add_argument("--save", default=None, help="write the (single) model with the tuned settings here")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    pred = load_predictor(args.models, max_length=args.max_length, doc_stride=args.doc_stride)
+    sets = {}
+    for name, path in (("dev", args.dev), ("demo", args.demo)):
+        exs, rep = read_mrc(path, source=name)
+        print(rep.summary(), file=sys.stderr)
+        sets[name] = (exs, pred.window_scores(items_of(exs)))
+    report = {"models": args.models, "max_length": pred.max_length, "settings": []}
+    dev_ex, dev_ws = sets["dev"]
+    if args.no_tune:
+        chosen = {"max_answer_length": pred.max_answer_length, "rule": "saved",
+                  "null_threshold": pred.null_threshold, "answerable_threshold": pred.answerable_threshold}
+    else:
+        best = None
+        for L in (int(x) for x in args.lengths.split(",")):
+            raws = [decode(ws, e.context, pred.n_best, L) for ws, e in zip(dev_ws, dev_ex)]
+            forced = score(dev_ex, [r["nbest"][0]["text"] if r["nbest"] else NO_ANSWER for r in raws])
+            for rule in ("both", "null", "cls"):
+                if rule != "null" and not pred.has_answerability:
+                    continue
+                t = tune_on_raw(raws, dev_ex, pred.null_threshold, pred.answerable_threshold,
+                                pred.has_answerability, rule=rule)
+                row = {"max_answer_length": L, "rule": rule, "null_threshold": t["null_threshold"],
+                       "answerable_threshold": t["answerable_threshold"], "dev_f1": round(t["dev_f1"], 2),
+                       "dev_em": round(t["dev_em"], 2),
+                       "dev_forced_answerable_f1": forced["answerable"]["F1"]}
+                report["settings"].append(row)
+                print(json.dumps(row), file=sys.stderr)
+                if best is None or (row["dev_f1"], row["dev_em"]) > (best["dev_f1"], best["dev_em"]):
+                    best = row
+        chosen = best
+    report["chosen"] = chosen
+    for name, (exs, ws) in sets.items():
+        raws = [decode(w, e.context, pred.n_best, chosen["max_answer_length"]) for w, e in zip(ws, exs)]
+        report[name] = score(exs, answers(raws, chosen["null_threshold"], chosen["answerable_threshold"]))
+        report[name]["forced_answerable"] = score(
+            [e for e in exs if not e.is_impossible],
+            [r["nbest"][0]["text"] if r["nbest"] else NO_ANSWER for r, e in zip(raws, exs) if not e.is_impossible]
+        )["all"]
+    print(json.dumps({k: v for k, v in report.items() if k != "settings"}, ensure_ascii=False, indent=1))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, ensure_ascii=False, indent=1)
+    if args.save:
+        if len(args.models) != 1:
+            print("--save takes one model", file=sys.stderr)
+            return 2
+        if os.path.abspath(args.save) != os.path.abspath(args.models[0]):
+            shutil.copytree(args.models[0], args.save, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("checkpoints", "best", "*.jsonl"))
+        m = pred.models[0]
+        save_thresholds(m, args.save, {"null_threshold": chosen["null_threshold"],
+                                       "answerable_threshold": chosen["answerable_threshold"],
+                                       "dev_f1": report["dev"]["all"]["F1"],
+                                       "max_answer_length": chosen["max_answer_length"]},
+                        tuned_on=os.path.basename(args.dev))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
