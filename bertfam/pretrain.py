@@ -11,7 +11,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import torch
@@ -22,6 +22,9 @@ from .errors import ConfigError, DataError
 from .objectives.collator import PretrainCollator
 from .objectives.masking import IGNORE, MaskingConfig
 from .objectives.pipeline import OBJECTIVES, DataConfig, build_instances, make_masker
+
+if TYPE_CHECKING:
+    from .training import TrainerCallback
 
 log = logging.getLogger("bertfam")
 
@@ -65,7 +68,6 @@ class PretrainConfig:
     log_every: int = 10
     eval_every: int = 0
     progress: bool = True
-    stop_after_step: Optional[int] = None  # testing: hard-exit right after this checkpoint is written
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "run config") -> "PretrainConfig":
@@ -208,7 +210,8 @@ def load_data(pc: PretrainConfig, tokenizer, masker):
 
 
 # ---------------------------------------------------------------- run
-def run_pretraining(pc: PretrainConfig) -> dict:
+def run_pretraining(pc: PretrainConfig, callbacks: Sequence["TrainerCallback"] = ()) -> dict:
+    """Pre-train as `pc` says; `callbacks` (bertfam.training.TrainerCallback) observe the training loop."""
     from .training import TrainConfig, Trainer
 
     masking, pair = pc.resolved()
@@ -223,10 +226,8 @@ def run_pretraining(pc: PretrainConfig) -> dict:
                      save_every=pc.save_every, keep_last=pc.keep_last, log_every=pc.log_every,
                      eval_every=pc.eval_every, progress=pc.progress)
     eval_fn = make_eval_fn(held, collate, pc.batch_size) if held is not None else None
-    cls = _StopAfterTrainer if pc.stop_after_step else Trainer
-    trainer = cls(model, tc, train, collate, eval_fn=eval_fn, lengths=lengths, step_metrics_fn=step_metrics,
-                  tokenizer=tokenizer)
-    trainer.stop_after_step = pc.stop_after_step
+    trainer = Trainer(model, tc, train, collate, eval_fn=eval_fn, lengths=lengths, step_metrics_fn=step_metrics,
+                      tokenizer=tokenizer, callbacks=callbacks)
     _write_run_config(pc, trainer)
     log.info("pre-training %s (masking %s, pair %s): %d instances, %s parameters", pc.objective, masking, pair,
              len(train), f"{model.num_parameters()['total']:,}")
@@ -244,23 +245,6 @@ def _write_run_config(pc: PretrainConfig, trainer) -> None:
         d = dataclasses.asdict(pc)
         d["corpus"] = list(d["corpus"])
         atomic_write_text(os.path.join(pc.out, "pretrain_config.json"), json.dumps(d, indent=2, ensure_ascii=False))
-
-
-try:  # the trainer is imported lazily elsewhere; this subclass only exists for kill-and-resume testing
-    from .training import Trainer as _Trainer
-
-    class _StopAfterTrainer(_Trainer):
-        """Hard-exits (like SIGKILL: no cleanup) right after the checkpoint of `stop_after_step`."""
-
-        stop_after_step: Optional[int] = None
-
-        def save_checkpoint(self):
-            path = super().save_checkpoint()
-            if self.stop_after_step is not None and self.state["step"] >= self.stop_after_step:
-                os._exit(137)
-            return path
-except ImportError:  # pragma: no cover
-    _StopAfterTrainer = None
 
 
 # ---------------------------------------------------------------- showing predictions

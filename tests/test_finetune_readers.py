@@ -100,7 +100,10 @@ def test_clue_tasks():
     oc = read_clue("ocnli", fx("clue", "ocnli.json"))
     assert all(e.text_b and e.label in ("entailment", "neutral", "contradiction") for e in oc)
     csl = read_clue("csl", fx("clue", "csl.json"))
-    assert all("；" in e.text_a or len(e.text_a) > 1 for e in csl) and all(len(e.text_b) > 20 for e in csl)
+    with open(fx("clue", "csl.json"), encoding="utf-8") as f:
+        raw = [json.loads(line) for line in f if line.strip()]
+    assert [e.text_a for e in csl] == ["；".join(r["keyword"]) for r in raw]  # the keyword list, joined
+    assert [e.text_b for e in csl] == [r["abst"] for r in raw] and all(len(e.text_b) > 20 for e in csl)
     for f in ("cluewsc_train.json", "cluewsc_dev.json"):  # target as repr string / as object
         wsc = read_clue("cluewsc", fx("clue", f))
         assert len(wsc) == 6 and all("[" in e.text_a and "<" in e.text_a for e in wsc)

@@ -164,9 +164,14 @@ def test_no_title_flag_and_label_span_edges(tok):
     offs = [None, (0, 1), (1, 2), (2, 3), None]
     assert label_span(offs, 1, 3) == (2, 3)
     assert label_span(offs, 2, 4) == (0, 0)  # runs past the window
-    batch = collate_windows(build_windows(tok, [ex, {"question": "长问题长问题", "context": "甲"}], 32, 8), pad_id=0)
-    assert batch["input_ids"].shape[0] == 2 and batch["attention_mask"][1].sum() < batch["input_ids"].shape[1] or \
-        batch["attention_mask"][0].sum() < batch["input_ids"].shape[1]
+    wins = build_windows(tok, [ex, {"question": "长问题长问题", "context": "甲"}], 32, 8)
+    lens = [len(w.input_ids) for w in wins]
+    assert len(wins) == 2 and lens[0] != lens[1]  # so one of the two rows needs padding
+    batch = collate_windows(wins, pad_id=0)
+    assert batch["input_ids"].shape == (2, max(lens))  # padded to the longer window
+    assert batch["attention_mask"].sum(1).tolist() == lens  # the padding is masked out, nothing else
+    short = lens.index(min(lens))
+    assert batch["input_ids"][short, min(lens):].eq(0).all()  # and holds pad_id
     assert batch["start_positions"].tolist() == [0, 0]
 
 

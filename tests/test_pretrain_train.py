@@ -11,10 +11,11 @@ import torch
 
 import bertfam
 
-from .conftest import FIXTURES, ROOT, run_cli
+from .conftest import FIXTURES, ROOT
 
 CORPUS = os.path.join(FIXTURES, "pretrain", "zh_small.txt")
 WORKER = os.path.join(FIXTURES, "pretrain", "ddp_worker.py")
+CRASH_AFTER = os.path.join(FIXTURES, "pretrain", "crash_after.py")
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +91,12 @@ def test_kill_and_resume_gives_identical_weights(tiny, tmp_path, capsys):
     rc, _, err = cli(capsys, *_args(tiny, full, *common))
     assert rc == 0, err
     part = tmp_path / "part"
-    r = run_cli(*_args(tiny, part, *common, "--stop-after-step", "4"))
+    r = subprocess.run([sys.executable, CRASH_AFTER, "4", *map(str, _args(tiny, part, *common))],
+                       capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=600)
     assert r.returncode == 137, (r.returncode, r.stderr)  # hard-killed right after checkpoint step-4
     assert (part / "checkpoints" / "step-4").is_dir() and not (part / "model.safetensors").exists()
+    run_cfg = part / "pretrain_config.json"  # as older versions wrote it: their retired field must not block resume
+    run_cfg.write_text(json.dumps({**json.loads(run_cfg.read_text()), "stop_after_step": 4}), encoding="utf-8")
     rc, _, err = cli(capsys, "pretrain", "--resume", part, "--no-progress", "--threads", "1")
     assert rc == 0, err
     a, b = _weights(full), _weights(part)
@@ -147,8 +151,10 @@ def test_bad_input_gives_one_line_errors(tiny, tmp_path, capsys, caplog):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n", encoding="utf-8")
     (tmp_path / "run.yaml").write_text("max_steps: 1\nbogus_option: 3\n", encoding="utf-8")
+    (tmp_path / "old.yaml").write_text("stop_after_step: 4\n", encoding="utf-8")
     cases = [
         (("--config", tmp_path / "run.yaml"), "run.yaml: unknown field(s) bogus_option"),
+        (("--config", tmp_path / "old.yaml"), "old.yaml: unknown field(s) stop_after_step"),  # a retired field
         (("--corpus", empty), "no usable text"),
         (("--corpus", tmp_path / "missing.txt"), "missing.txt: corpus file not found"),
         (("--max-seq-len", "512"), "max_seq_len 512 exceeds the model's 64 positions"),

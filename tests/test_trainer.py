@@ -7,7 +7,7 @@ import torch
 
 import bertfam
 from bertfam import HeadConfig
-from bertfam.training import BatchPlan, TrainConfig, Trainer, param_groups
+from bertfam.training import BatchPlan, TrainConfig, Trainer, TrainerCallback, param_groups
 from bertfam.training.trainer import latest_checkpoint
 
 
@@ -93,6 +93,26 @@ def test_checkpoint_rotation_and_latest(tmp_path, tiny_cfg):
     assert latest_checkpoint(str(tmp_path)).endswith("step-9")
     with pytest.raises(bertfam.CheckpointError):
         latest_checkpoint(str(tmp_path / "nothing"))
+
+
+class _Recorder(TrainerCallback):
+    def __init__(self):
+        self.events = []
+
+    def on_step_end(self, trainer):
+        self.events.append(("step", trainer.state["step"]))
+
+    def on_checkpoint(self, trainer, path):
+        assert os.path.isfile(os.path.join(path, "trainer_state.pt"))  # complete when the hook runs
+        self.events.append(("ckpt", os.path.basename(path)))
+
+
+def test_callbacks_see_every_step_and_checkpoint(tmp_path, tiny_cfg):
+    rec = _Recorder()
+    tc = TrainConfig(out_dir=str(tmp_path), max_steps=5, batch_size=8, progress=False, save_every=2, keep_last=10)
+    Trainer(_model(tiny_cfg), tc, _data(), _collate, callbacks=[rec]).train()
+    assert rec.events == [("step", 1), ("ckpt", "step-2"), ("step", 2), ("step", 3), ("ckpt", "step-4"),
+                          ("step", 4), ("step", 5), ("ckpt", "step-5")]  # the last one: the final save
 
 
 class _GradRecorder(Trainer):

@@ -83,6 +83,19 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+class TrainerCallback:
+    """Hooks into the training loop; override the ones you need (the defaults do nothing).
+
+    Callbacks observe the run: they must not draw random numbers or change the trainer's state, or a
+    resumed run would no longer match an uninterrupted one."""
+
+    def on_step_end(self, trainer: "Trainer") -> None:
+        """After each optimizer step and that step's logging, evaluation and checkpoint (every process)."""
+
+    def on_checkpoint(self, trainer: "Trainer", path: str) -> None:
+        """After checkpoint `path` is complete on disk (main process only)."""
+
+
 def count_tokens(batch: dict) -> int:
     am = batch.get("attention_mask")
     if am is not None and am.dim() == 2:
@@ -94,7 +107,8 @@ def count_tokens(batch: dict) -> int:
 class Trainer:
     def __init__(self, model, cfg: TrainConfig, train_dataset: Sequence, collate_fn: Callable,
                  eval_fn: Optional[Callable] = None, lengths: Optional[Sequence[int]] = None,
-                 step_metrics_fn: Optional[Callable] = None, tokenizer=None):
+                 step_metrics_fn: Optional[Callable] = None, tokenizer=None,
+                 callbacks: Sequence[TrainerCallback] = ()):
         cfg.validate()
         if len(train_dataset) == 0:
             from ..errors import DataError
@@ -103,6 +117,7 @@ class Trainer:
         self.model, self.cfg, self.data, self.collate = model, cfg, train_dataset, collate_fn
         self.eval_fn, self.step_metrics_fn = eval_fn, step_metrics_fn
         self.lengths = lengths
+        self.callbacks = list(callbacks)
         self.tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
         self.rank, self.world = D.init_if_needed()
         self.is_main = self.rank == 0
@@ -159,6 +174,8 @@ class Trainer:
         kept = sorted(list_checkpoints(root), key=lambda p: int(p.rsplit("-", 1)[1]))
         for old in kept[:-self.cfg.keep_last] if self.cfg.keep_last > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
+        for cb in self.callbacks:
+            cb.on_checkpoint(self, final)
         return final
 
     def _resume(self, path: str) -> None:
@@ -284,6 +301,8 @@ class Trainer:
                     stop = self._should_stop_early()
                 if cfg.save_every and step % cfg.save_every == 0:
                     self.save_checkpoint()
+                for cb in self.callbacks:
+                    cb.on_step_end(self)
                 if step >= self.total_steps or stop:
                     stop = True
                     break

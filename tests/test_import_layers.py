@@ -1,0 +1,191 @@
+"""Import layering of the bertfam package, read statically from the source.
+
+Every module is parsed with `ast`; relative imports are resolved and imports inside functions count too (a
+lazy import is still a dependency, it only defers the failure). Imports by string (importlib, as the cli
+loads its command modules) are not seen. Known exceptions are listed with their reason; a new violation
+fails, and so does an exception that no longer occurs (delete it then).
+"""
+import ast
+import functools
+import os
+
+import pytest
+
+from bertfam import cli
+
+from .conftest import ROOT
+
+PKG = "bertfam"
+ENTRY = {"bertfam.__main__"}  # `python -m bertfam`; the console script is bertfam.cli:main itself
+_FRONT_ENDS = ("bertfam.serving", "bertfam.cli", "bertfam.commands")
+
+# (importing package, packages it must not import)
+CONTRACTS = {
+    "bertfam.modeling": ("bertfam.training", "bertfam.tasks") + _FRONT_ENDS,
+    "bertfam.data": ("bertfam.modeling", "bertfam.tasks") + _FRONT_ENDS,
+    "bertfam.evaluation": ("bertfam.modeling", "bertfam.tasks") + _FRONT_ENDS,
+}
+
+# (importer, imported) -> why it is tolerated
+ALLOWED = {
+    ("bertfam.commands.pretrain", "bertfam.commands.multimodal"):
+        "`bertfam pretrain --modality` is `bertfam multimodal pretrain` under the text command's name; it maps "
+        "its options through that command's pretrain_from_generic_args (lazily, only with --modality)",
+}
+
+# edges between top-level units that close a cycle -> why it is tolerated
+ALLOWED_CYCLE_EDGES = {
+    ("bertfam.config", "bertfam.convert.hf"):
+        "resolve_config accepts a Hugging Face config.json and converts it with convert.hf.config_from_hf "
+        "(lazy import), while convert builds on config and modeling",
+}
+
+
+# ---------------------------------------------------------------- the graph
+def _module_name(path: str) -> str:
+    rel = os.path.relpath(path, ROOT)[:-len(".py")].replace(os.sep, ".")
+    return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
+
+
+@functools.lru_cache(maxsize=None)
+def modules() -> dict:
+    """module name -> source path, for every .py file of the package."""
+    found = {}
+    for d, _, files in os.walk(os.path.join(ROOT, PKG)):
+        for f in files:
+            if f.endswith(".py"):
+                found[_module_name(os.path.join(d, f))] = os.path.join(d, f)
+    return found
+
+
+def _from_base(node: ast.ImportFrom, package: str) -> str:
+    if not node.level:
+        return node.module
+    parts = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def _imports(name: str, path: str) -> set:
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), filename=path)
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _from_base(node, package)
+            out.add(base)
+            # `from pkg import mod` imports the module pkg.mod, not just a name of pkg
+            out.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules())
+    return {m for m in out if _under(m, PKG)}
+
+
+@functools.lru_cache(maxsize=None)
+def graph() -> dict:
+    """module -> the bertfam modules it imports."""
+    return {m: frozenset(_imports(m, p) - {m}) for m, p in modules().items()}
+
+
+def edges() -> set:
+    return {(a, b) for a, targets in graph().items() for b in targets}
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _check(found: set) -> None:
+    """No violation in `found` beyond the allowed ones."""
+    new = sorted(found - set(ALLOWED))
+    assert not new, "layering violations (importer, imported): " + "; ".join(map(str, new))
+
+
+# ---------------------------------------------------------------- contracts
+def test_graph_sees_relative_and_function_level_imports():
+    g = graph()
+    assert "bertfam.errors" in g["bertfam.data.mrc"]  # `from ..errors import ...`
+    assert "bertfam.convert.hf" in g["bertfam.config"]  # inside resolve_config
+    assert "bertfam.modeling.model" in g["bertfam.modeling"]  # `from .model import ...` in a package
+
+
+@pytest.mark.parametrize("layer", sorted(CONTRACTS))
+def test_lower_layers_do_not_import_upper_ones(layer):
+    _check({(a, b) for a, b in edges() if _under(a, layer) and any(_under(b, f) for f in CONTRACTS[layer])})
+
+
+def test_only_the_entry_imports_the_cli():
+    _check({(a, b) for a, b in edges() if _under(b, "bertfam.cli") and a not in ENTRY})
+
+
+def _command_module(name: str) -> bool:
+    return name in {f"bertfam.commands.{c}" for c in cli.COMMAND_MODULES}
+
+
+def test_command_modules_are_loaded_by_the_cli_only():
+    """The library never imports bertfam.commands; a command module uses the shared helpers of the package
+    (bertfam.commands.common and the like) but no other area's command module."""
+    found = set()
+    for a, b in edges():
+        if not _under(b, "bertfam.commands") or a == "bertfam.cli":
+            continue
+        if not _under(a, "bertfam.commands") or _command_module(b):
+            found.add((a, b))
+    _check(found)
+
+
+def test_allowed_violations_still_occur():
+    assert not [e for e in list(ALLOWED) + list(ALLOWED_CYCLE_EDGES) if e not in edges()], \
+        "an allowed exception no longer occurs: remove it from the list"
+
+
+# ---------------------------------------------------------------- cycles between top-level units
+def _unit(name: str) -> str:
+    """bertfam.X for a subpackage or top-level module X; bertfam for the package's __init__."""
+    return ".".join(name.split(".")[:2])
+
+
+def unit_graph() -> dict:
+    g: dict = {}
+    for a, b in edges() - set(ALLOWED_CYCLE_EDGES):
+        g.setdefault(_unit(a), set())
+        g.setdefault(_unit(b), set())
+        if _unit(a) != _unit(b):
+            g[_unit(a)].add(_unit(b))
+    return g
+
+
+def find_cycle(g: dict):
+    """One cycle of `g` as a list of nodes (first == last), or None."""
+    state, path = {}, []
+
+    def visit(v):
+        state[v] = "open"
+        path.append(v)
+        for w in sorted(g[v]):
+            if state.get(w) == "open":
+                return path[path.index(w):] + [w]
+            if w not in state:
+                found = visit(w)
+                if found:
+                    return found
+        state[v] = "done"
+        path.pop()
+        return None
+
+    for v in sorted(g):
+        if v not in state:
+            found = visit(v)
+            if found:
+                return found
+    return None
+
+
+def test_find_cycle_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycles_between_top_level_units():
+    cycle = find_cycle(unit_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
