@@ -8,6 +8,7 @@ word inside a sentence and its static input-embedding vector, for polysemy check
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Sequence
 
@@ -16,6 +17,8 @@ import torch
 
 from .errors import ConfigError, DataError
 from .utils import atomic_path
+
+log = logging.getLogger("bertfam")
 
 
 def _load(model_or_dir):
@@ -36,6 +39,16 @@ def _check_layers(layers: Sequence[int], n_hidden: int) -> list[int]:
             raise ConfigError(f"layer {l} out of range: the model has {n_hidden - 1} layers (0 = embeddings)")
         out.append(l % n_hidden)
     return out
+
+
+def _window(model, max_length: int) -> int:
+    """max_length within the model's positions: longer inputs would index past the position table.
+    Clamped with a warning rather than refused, as MRC windows are: shorter texts embed the same either way."""
+    limit = model.config.max_position_embeddings - model.config.position_offset
+    if max_length > limit:
+        log.warning("max length %d is more than the model's %d positions; using %d", max_length, limit, limit)
+        return limit
+    return max_length
 
 
 @torch.no_grad()
@@ -61,6 +74,7 @@ def embed_texts(model_or_dir, texts: Sequence, layers: Sequence[int] = (-1,), po
     if not texts:
         raise DataError("no input text")
     idx = _check_layers(layers, model.config.num_hidden_layers + 1)
+    max_length = _window(model, max_length)
     res: dict = {p: [] for p in pooling}
     if tokens:
         res["tokens"] = []

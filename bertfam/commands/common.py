@@ -1,13 +1,115 @@
-"""Argument groups shared by the training commands (one definition, per-command defaults)."""
+"""Argument helpers shared by the command modules: range-checked option types and shared option groups.
+
+A value out of range fails while argparse parses, so the user sees the usage and one `error:` line that
+names the option (exit code 2) instead of a traceback from deep inside torch, or a run that silently does
+nothing. Checks that need two options raise ConfigError, which the CLI prints as one line (exit code 2).
+"""
 from __future__ import annotations
+
+import argparse
+import math
+from typing import Optional
+
+
+class NumberRange:
+    """Parse an int or float and accept it only within [lo, hi] (an end may be open or absent)."""
+
+    def __init__(self, kind: type, lo: Optional[float] = None, hi: Optional[float] = None, *,
+                 lo_open: bool = False, hi_open: bool = False):
+        self.kind, self.lo, self.hi, self.lo_open, self.hi_open = kind, lo, hi, lo_open, hi_open
+        self.__name__ = kind.__name__  # argparse names the type by it in some messages
+
+    def __call__(self, s: str):
+        try:
+            v = self.kind(s)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"expected {self.describe()}, got {s!r}") from None
+        if not self.contains(v):
+            raise argparse.ArgumentTypeError(f"must be {self.describe()}, got {s}")
+        return v
+
+    def contains(self, v) -> bool:
+        if isinstance(v, float) and not math.isfinite(v):
+            return False
+        if self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo):
+            return False
+        return self.hi is None or (v < self.hi if self.hi_open else v <= self.hi)
+
+    def describe(self) -> str:
+        what = "an integer" if self.kind is int else "a number"
+        lo, hi = _fmt(self.lo), _fmt(self.hi)
+        if self.lo is not None and self.hi is not None:
+            return f"{what} in {'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+        if self.lo is not None:
+            return f"{what} {'>' if self.lo_open else '>='} {lo}"
+        if self.hi is not None:
+            return f"{what} {'<' if self.hi_open else '<='} {hi}"
+        return what
+
+    def outside(self) -> list[str]:
+        """Values just outside the range (as typed on a command line): what tests feed the option."""
+        bad = []
+        if self.lo is not None:
+            step = 0 if self.lo_open else (1 if self.kind is int else 0.5)
+            bad += [_fmt(self.lo - step)] + (["-5"] if -5 < self.lo - step else [])
+        if self.hi is not None:
+            bad.append(_fmt(self.hi + (0 if self.hi_open else (1 if self.kind is int else 0.5))))
+        return bad + (["inf", "nan"] if self.kind is float else ["1.5"])
+
+    def __repr__(self) -> str:
+        return f"NumberRange({self.describe()})"
+
+
+def _fmt(v) -> str:
+    """1 rather than 1.0, and 4294967295 rather than 4.29497e+09."""
+    return str(int(v)) if v is not None and float(v).is_integer() else str(v)
+
+
+def int_range(lo: Optional[int] = None, hi: Optional[int] = None) -> NumberRange:
+    return NumberRange(int, lo, hi)
+
+
+def float_range(lo: Optional[float] = None, hi: Optional[float] = None, *, lo_open: bool = False,
+                hi_open: bool = False) -> NumberRange:
+    return NumberRange(float, lo, hi, lo_open=lo_open, hi_open=hi_open)
+
+
+positive_int = int_range(1)  # steps, epochs' counts, batch sizes, lengths, sizes, threads
+non_negative_int = int_range(0)  # strides, "every N" options where 0 means never / end only
+positive_float = float_range(0, lo_open=True)  # learning rates, epochs, temperatures, timeouts
+non_negative_float = float_range(0)  # weight decay, tolerances, waits
+probability = float_range(0, 1)  # warm-up ratio, replacement and mismatch probabilities
+open_fraction = float_range(0, 1, lo_open=True, hi_open=True)  # mask rates, dev ratios: neither none nor all
+seed = int_range(0, 2 ** 32 - 1)  # numpy's generators reject negative seeds
+tcp_port = int_range(1, 65535)
+
+
+def require_smaller(args, small: str, large: str, why: str = "") -> None:
+    """ConfigError unless args.<small> < args.<large>; options left unset (None) are not compared."""
+    from ..errors import ConfigError
+
+    a, b = getattr(args, small, None), getattr(args, large, None)
+    if a is not None and b is not None and not a < b:
+        raise ConfigError(f"{_flag(small)} {a} must be smaller than {_flag(large)} {b}"
+                          + (f" ({why})" if why else ""))
+
+
+def check_window(args, length: str = "max_length", stride: str = "doc_stride") -> None:
+    """Overlapping windows: each window must advance, so the overlap must be shorter than the window."""
+    require_smaller(args, stride, length, "consecutive windows overlap by the stride")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
 
 
 def add_optimization_args(p, *, epochs: float, batch_size: int, lr: float) -> None:
     """--epochs --max-steps --batch-size --lr --warmup-ratio --seed --save-every (TrainConfig fields)."""
-    p.add_argument("--epochs", type=float, default=epochs)
-    p.add_argument("--max-steps", type=int, default=None, help="optimizer steps (overrides --epochs)")
-    p.add_argument("--batch-size", type=int, default=batch_size)
-    p.add_argument("--lr", type=float, default=lr)
-    p.add_argument("--warmup-ratio", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--save-every", type=int, default=0, help="optimizer steps between checkpoints (0: end only)")
+    p.add_argument("--epochs", type=positive_float, default=epochs)
+    p.add_argument("--max-steps", type=positive_int, default=None, help="optimizer steps (overrides --epochs)")
+    p.add_argument("--batch-size", type=positive_int, default=batch_size)
+    p.add_argument("--lr", type=positive_float, default=lr)
+    p.add_argument("--warmup-ratio", type=probability, default=0.1)
+    p.add_argument("--seed", type=seed, default=42)
+    p.add_argument("--save-every", type=non_negative_int, default=0,
+                   help="optimizer steps between checkpoints (0: end only)")

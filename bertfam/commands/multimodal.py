@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import json
 
+from .common import (check_window, float_range, non_negative_int, open_fraction, positive_float, positive_int,
+                     probability, seed)
+
 
 def _train_args(p) -> None:
     p.add_argument("--features", required=True, metavar="DIR", help="directory with manifest.jsonl and feature files")
@@ -12,20 +15,23 @@ def _train_args(p) -> None:
     p.add_argument("--config", default="bert-tiny", help="preset or config JSON for a new model (default bert-tiny)")
     p.add_argument("--init", default=None, help="start from a text checkpoint, a multimodal model or a Hugging Face "
                    "VisualBERT directory")
-    p.add_argument("--max-length", type=int, default=None, help="text tokens per sequence")
-    p.add_argument("--eval-fraction", type=float, default=0.1, help="records held out for evaluation")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-length", type=positive_int, default=None, help="text tokens per sequence")
+    p.add_argument("--eval-fraction", type=float_range(0, 1, hi_open=True), default=0.1,
+                   help="records held out for evaluation")
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--resume", default=None, help="resume an interrupted run (its directory or a checkpoint)")
-    for name, typ in (("epochs", float), ("max-steps", int), ("batch-size", int), ("lr", float),
-                      ("warmup-ratio", float), ("log-every", int), ("eval-every", int), ("save-every", int)):
+    for name, typ in (("epochs", positive_float), ("max-steps", positive_int), ("batch-size", positive_int),
+                      ("lr", positive_float), ("warmup-ratio", probability), ("log-every", positive_int),
+                      ("eval-every", non_negative_int), ("save-every", non_negative_int)):
         p.add_argument(f"--{name}", type=typ, default=None)
     p.add_argument("--no-progress", dest="progress", action="store_false", default=True)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     g = p.add_argument_group("speech front end (WAV files are resampled to --sample-rate)")
-    g.add_argument("--sample-rate", type=int, default=16000)
-    g.add_argument("--n-mels", type=int, default=40)
-    g.add_argument("--stack", type=int, default=4, help="log-mel frames per input vector")
-    g.add_argument("--max-frames", type=int, default=256, help="input vectors per utterance (longer audio is cut)")
+    g.add_argument("--sample-rate", type=positive_int, default=16000)
+    g.add_argument("--n-mels", type=positive_int, default=40)
+    g.add_argument("--stack", type=positive_int, default=4, help="log-mel frames per input vector")
+    g.add_argument("--max-frames", type=positive_int, default=256,
+                   help="input vectors per utterance (longer audio is cut)")
 
 
 def register(sub) -> None:
@@ -35,9 +41,9 @@ def register(sub) -> None:
     v = ms.add_parser("vocab", help="fit and save a k-means codebook of visual words (VideoBERT)")
     v.add_argument("--features", required=True, metavar="DIR")
     v.add_argument("--manifest", default=None)
-    v.add_argument("--size", type=int, default=1024, help="number of visual words")
-    v.add_argument("--seed", type=int, default=0)
-    v.add_argument("--max-samples", type=int, default=100_000, help="clip vectors used for k-means at most")
+    v.add_argument("--size", type=positive_int, default=1024, help="number of visual words")
+    v.add_argument("--seed", type=seed, default=0)
+    v.add_argument("--max-samples", type=positive_int, default=100_000, help="clip vectors used for k-means at most")
     v.add_argument("--out", required=True, help="codebook file (.npz)")
     v.set_defaults(func=_vocab)
 
@@ -46,8 +52,8 @@ def register(sub) -> None:
     t.add_argument("--modality", choices=["image", "video", "speech"], required=True)
     _train_args(t)
     t.add_argument("--codebook", default=None, help="video: codebook from `bertfam multimodal vocab`")
-    t.add_argument("--mask-rate", type=float, default=0.15)
-    t.add_argument("--mismatch-prob", type=float, default=0.5, help="image/speech: share of mismatched pairs "
+    t.add_argument("--mask-rate", type=open_fraction, default=0.15)
+    t.add_argument("--mismatch-prob", type=probability, default=0.5, help="image/speech: share of mismatched pairs "
                    "(0 turns the match objective off)")
     t.set_defaults(func=_pretrain)
 
@@ -55,15 +61,16 @@ def register(sub) -> None:
     f.add_argument("--modality", choices=["image", "speech"], required=True)
     f.add_argument("--task", choices=["qa", "classify"], required=True)
     _train_args(f)
-    f.add_argument("--doc-stride", type=int, default=32)
+    f.add_argument("--doc-stride", type=non_negative_int, default=None,
+                   help="qa: overlap (tokens) of consecutive windows (default 32, cut to fit the window)")
     f.set_defaults(func=_finetune)
 
     e = ms.add_parser("eval", help="evaluate a saved multimodal model (with the shuffled-features ablation)")
     e.add_argument("model")
     e.add_argument("--features", required=True, metavar="DIR")
     e.add_argument("--manifest", default=None)
-    e.add_argument("--max-length", type=int, default=128)
-    e.add_argument("--batch-size", type=int, default=32)
+    e.add_argument("--max-length", type=positive_int, default=128)
+    e.add_argument("--batch-size", type=positive_int, default=32)
     e.set_defaults(func=_eval)
 
     c = ms.add_parser("convert", help="Hugging Face VisualBERT <-> bertfam multimodal directory")
@@ -118,11 +125,12 @@ def _pretrain(args) -> int:
 
 
 def _finetune(args) -> int:
+    check_window(args)  # only a --doc-stride the user gave is compared
     from ..multimodal.train import finetune
 
     _threads(args)
-    return _report(finetune(args.modality, args.task, args.features, args.out, doc_stride=args.doc_stride,
-                            **_common(args)))
+    stride = args.doc_stride if args.doc_stride is not None else 32
+    return _report(finetune(args.modality, args.task, args.features, args.out, doc_stride=stride, **_common(args)))
 
 
 def _eval(args) -> int:

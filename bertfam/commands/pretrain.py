@@ -4,6 +4,9 @@ from __future__ import annotations
 import argparse
 import os
 
+from .common import (float_range, non_negative_float, non_negative_int, open_fraction, positive_float, positive_int,
+                     probability, seed)
+
 S = argparse.SUPPRESS  # options left out do not appear, so a --config file can supply them
 
 
@@ -14,18 +17,20 @@ def _data_args(p, masking_required: bool = False) -> None:
     p.add_argument("--masking", choices=["token", "wwm", "ernie", "span"], default=S, help="override the masking")
     p.add_argument("--corpus", nargs="+", default=S, metavar="FILE", help="text (BERT layout) / JSONL files or dirs")
     p.add_argument("--vocab", default=S, help="vocab.txt or tokenizer directory")
-    p.add_argument("--max-seq-len", type=int, default=S)
-    p.add_argument("--short-seq-prob", type=float, default=S)
-    p.add_argument("--mask-rate", type=float, default=S)
-    p.add_argument("--ernie-mix", type=float, nargs=3, default=S, metavar=("BASIC", "PHRASE", "ENTITY"),
-                   help="probabilities of ERNIE's masking levels per sequence")
-    p.add_argument("--span-p", type=float, default=S, help="geometric parameter of span lengths (masking span)")
-    p.add_argument("--eval-every-doc", type=int, default=S, help="hold out every N-th document for evaluation")
-    p.add_argument("--eval-size", type=int, default=S, help="at most this many evaluation instances")
-    p.add_argument("--chunk-docs", type=int, default=S, help="documents per streamed chunk")
-    p.add_argument("--max-line-chars", type=int, default=S, help="longer lines are truncated with a warning")
+    p.add_argument("--max-seq-len", type=positive_int, default=S)
+    p.add_argument("--short-seq-prob", type=probability, default=S)
+    p.add_argument("--mask-rate", type=open_fraction, default=S)
+    p.add_argument("--ernie-mix", type=non_negative_float, nargs=3, default=S,
+                   metavar=("BASIC", "PHRASE", "ENTITY"), help="probabilities of ERNIE's masking levels per sequence")
+    p.add_argument("--span-p", type=float_range(0, 1, lo_open=True), default=S,
+                   help="geometric parameter of span lengths (masking span)")
+    p.add_argument("--eval-every-doc", type=non_negative_int, default=S,
+                   help="hold out every N-th document for evaluation (0: none)")
+    p.add_argument("--eval-size", type=non_negative_int, default=S, help="at most this many evaluation instances")
+    p.add_argument("--chunk-docs", type=positive_int, default=S, help="documents per streamed chunk")
+    p.add_argument("--max-line-chars", type=positive_int, default=S, help="longer lines are truncated with a warning")
     p.add_argument("--text-field", default=S, help="JSONL field holding the text (default: text)")
-    p.add_argument("--seed", type=int, default=S)
+    p.add_argument("--seed", type=seed, default=S)
     p.add_argument("--config", default=S, metavar="RUN.json", help="run configuration (JSON or YAML); "
                    "command-line options override it")
 
@@ -38,15 +43,16 @@ def register(sub) -> None:
     p.add_argument("--out", default=S, help="run directory")
     p.add_argument("--init", default=S, help="continue pre-training from this checkpoint")
     p.add_argument("--resume", default=S, help="resume an interrupted run (its directory or a checkpoint)")
-    for name, typ in (("epochs", float), ("max-steps", int), ("batch-size", int), ("lr", float),
-                      ("weight-decay", float), ("warmup-ratio", float), ("warmup-steps", int), ("grad-accum", int),
-                      ("max-grad-norm", float), ("save-every", int), ("keep-last", int), ("log-every", int),
-                      ("eval-every", int)):
+    # 0 is meaningful for some: no warm-up, no clipping, checkpoint / evaluate at the end only, keep all
+    for name, typ in (("epochs", positive_float), ("max-steps", positive_int), ("batch-size", positive_int),
+                      ("lr", positive_float), ("weight-decay", non_negative_float), ("warmup-ratio", probability),
+                      ("warmup-steps", non_negative_int), ("grad-accum", positive_int),
+                      ("max-grad-norm", non_negative_float), ("save-every", non_negative_int),
+                      ("keep-last", non_negative_int), ("log-every", positive_int), ("eval-every", non_negative_int)):
         p.add_argument(f"--{name}", type=typ, default=S)
     p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=S)
     p.add_argument("--no-progress", dest="progress", action="store_false", default=S)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--stop-after-step", type=int, default=S, help=S)  # testing: hard exit after that checkpoint
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     p.add_argument("--modality", choices=["image", "video", "speech"], default=S,
                    help="multimodal pre-training (= bertfam multimodal pretrain; needs --features DIR)")
     p.add_argument("--features", default=S, metavar="DIR", help="with --modality: manifest.jsonl + feature files")
@@ -56,7 +62,7 @@ def register(sub) -> None:
     p = sub.add_parser("pretrain-data", help="cache pre-training instances (static masking, dupe_factor)")
     _data_args(p)
     p.add_argument("--out", required=True, help="cache directory")
-    p.add_argument("--dupe-factor", type=int, default=5,
+    p.add_argument("--dupe-factor", type=non_negative_int, default=5,
                    help="masked copies per instance (0: unmasked, for dynamic masking at training time)")
     p.set_defaults(func=_pretrain_data)
 
@@ -102,7 +108,7 @@ def _merged(args) -> dict:
                      os.path.join(resume, "..", "..", "pretrain_config.json")):
             if os.path.isfile(cand):
                 d.update(read_json(cand))
-                d.pop("stop_after_step", None)
+                d.pop("stop_after_step", None)  # a retired testing field that older run directories record
                 break
     if getattr(args, "config", None):
         d.update(_read_config(args.config))
@@ -139,8 +145,6 @@ def _pretrain_data(args) -> int:
     from ..pretrain import PretrainConfig, load_tokenizer
 
     d = _merged(args)
-    if args.dupe_factor < 0:
-        raise ConfigError("--dupe-factor must be >= 0")
     pc = PretrainConfig.from_dict(d, source=getattr(args, "config", "run config"))
     if not pc.corpus:
         raise ConfigError("give --corpus FILES")

@@ -1,6 +1,8 @@
 """`bertfam serve --model DIR [--model DIR2 ...]`: the HTTP API and the web page."""
 from __future__ import annotations
 
+from .common import check_window, non_negative_float, non_negative_int, positive_float, positive_int, tcp_port
+
 
 def register(sub) -> None:
     from ..serving.service import Limits
@@ -11,24 +13,30 @@ def register(sub) -> None:
                    help="model directory; repeat for several (each head serves its endpoint: span -> /v1/mrc, "
                         "classification -> /v1/classify, token -> /v1/ner, mlm -> /v1/fill-mask)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="largest request body (413 above)")
-    p.add_argument("--max-texts", type=int, default=d.max_texts, help="items or texts per request (413 above)")
-    p.add_argument("--max-passage-chars", type=int, default=d.max_passage_chars,
+    p.add_argument("--port", type=tcp_port, default=8000)
+    p.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes,
+                   help="largest request body (413 above)")
+    p.add_argument("--max-texts", type=positive_int, default=d.max_texts, help="items or texts per request (413 above)")
+    p.add_argument("--max-passage-chars", type=positive_int, default=d.max_passage_chars,
                    help="longest text field in characters (422 above); passages longer than the model window "
                         "are still answered, through overlapping windows")
-    p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds per request, queueing included (503)")
-    p.add_argument("--max-batch", type=int, default=d.max_batch, help="items per model call (dynamic batching)")
-    p.add_argument("--batch-wait-ms", type=float, default=d.batch_wait_ms,
+    p.add_argument("--timeout", type=positive_float, default=d.timeout_s,
+                   help="seconds per request, queueing included (503)")
+    p.add_argument("--max-batch", type=positive_int, default=d.max_batch,
+                   help="items per model call (dynamic batching)")
+    p.add_argument("--batch-wait-ms", type=non_negative_float, default=d.batch_wait_ms,
                    help="how long a request waits for others to share its batch")
-    p.add_argument("--max-queue", type=int, default=d.max_queue, help="waiting items per endpoint (429 above)")
-    p.add_argument("--mrc-max-length", type=int, default=None, help="MRC window in tokens (default: the model's)")
-    p.add_argument("--mrc-doc-stride", type=int, default=None, help="MRC window overlap (default: the model's)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--max-queue", type=positive_int, default=d.max_queue, help="waiting items per endpoint (429 above)")
+    p.add_argument("--mrc-max-length", type=positive_int, default=None,
+                   help="MRC window in tokens (default: the model's)")
+    p.add_argument("--mrc-doc-stride", type=non_negative_int, default=None,
+                   help="MRC window overlap (default: the model's)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's choice)")
     p.set_defaults(func=_serve)
 
 
 def _serve(args) -> int:
+    check_window(args, "mrc_max_length", "mrc_doc_stride")
     import logging
 
     import torch
@@ -44,8 +52,6 @@ def _serve(args) -> int:
         raise ConfigError(f"serve needs the [serve] extra (pip install 'bertfam[serve]'): {e}") from None
     if args.threads:
         torch.set_num_threads(args.threads)
-    if not 0 < args.port < 65536:
-        raise ConfigError(f"serve: --port {args.port} is not a TCP port")
     limits = Limits(max_body_bytes=args.max_body_bytes, max_texts=args.max_texts,
                     max_passage_chars=args.max_passage_chars, timeout_s=args.timeout, max_batch=args.max_batch,
                     batch_wait_ms=args.batch_wait_ms, max_queue=args.max_queue)
