@@ -47,7 +47,7 @@ def run_bertfam(args, train, sets) -> dict:
 
     model = load_span_model(args.base, seed=args.seed)
     tc = dict(max_steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_ratio=args.warmup_ratio,
-              seed=args.seed, log_every=20, group_by_length=True, progress=False, save_final=False)
+              seed=args.seed, log_every=20, group_by_length=True, progress=False)  # model kept in OUT/bertfam
     t0 = time.perf_counter()
     summary = train_mrc(model, train, os.path.join(args.out, "bertfam"), (), max_length=args.max_length,
                         doc_stride=args.doc_stride, tune=False, train_config=tc)

@@ -22,6 +22,7 @@ from .errors import BertfamError, ConfigError
 SHIPPED_MODEL = "mrc-zh-e5small-l6"  # models/<name> in the repository
 DEMO_DATA = "dureader_checklist_demo.json"  # bertfam/resources/, see resources/README.md
 NO_ANSWER_ZH = "无答案"
+SEED_QUESTION = "番石榴汁热量"  # the example of the seed project's README (title 番石榴汁的热量 - 妈妈网百科)
 EXPECTED = ("a reading-comprehension model directory: config.json with head task 'span', weights and "
             "tokenizer files, as written by `bertfam mrc train` (or leave out --model to use the shipped "
             f"models/{SHIPPED_MODEL})")
@@ -105,6 +106,7 @@ def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None) -> dic
     print(f"model: {model_dir}\n  {model.config.family}, {model.config.num_hidden_layers} layers, hidden "
           f"{model.config.hidden_size}, {n / 1e6:.1f}M parameters; no-answer thresholds: null "
           f"{predictor.null_threshold:.2f}, P(answerable) {predictor.answerable_threshold:.2f}\n")
+    _print_seed_example(demo, preds, NO_ANSWER)
     shown = hand + demo[: max(0, rows - len(hand))]
     # "top span": the model's best span even when the no-answer rule declined it (what it would have said)
     table = [("#", "question", "answer", "top span", "reference", "F1")]
@@ -116,7 +118,8 @@ def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None) -> dic
                       NO_ANSWER_ZH if ex.is_impossible else ex.answer_texts[0], f"{f1:.2f}"))
     print(_table(table, (7, 20, 16, 16, 18, 4)))
     print(f"  ... {len(demo) - (len(shown) - len(hand))} more DuReader-checklist questions scored below\n")
-    result = _scores(refs, {q: preds[q] for q in refs}, evaluate, NO_ANSWER)
+    label = "shipped model" if _same_dir(model_dir, shipped_model_dir()) else "your model"
+    result = _scores(refs, {q: preds[q] for q in refs}, evaluate, NO_ANSWER, label)
     print(f"DuReader-checklist demo ({len(demo)} questions, {sum(ex.is_impossible for ex in demo)} without an "
           "answer), official metric:")
     print(_score_table(result))
@@ -124,7 +127,7 @@ def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None) -> dic
     if seen & set(refs):
         # questions of this demo the model was trained or tuned on: score the untouched ones on their own
         held = OrderedDict((q, r) for q, r in refs.items() if q not in seen)
-        result["held_out"] = _scores(held, {q: preds[q] for q in held}, evaluate, NO_ANSWER)
+        result["held_out"] = _scores(held, {q: preds[q] for q in held}, evaluate, NO_ANSWER, label)
         print(f"\n{len(refs) - len(held)} of these questions were used to train / tune this model; the "
               f"{len(held)} held-out ones ({sum(r.impossible for r in held.values())} without an answer):")
         print(_score_table(result["held_out"]))
@@ -143,10 +146,28 @@ def _score_table(result: dict) -> str:
                   (26, 6, 6, 13, 12))
 
 
-def _scores(refs, preds: dict, evaluate, no_answer: str) -> dict:
+def _same_dir(a: Optional[str], b: Optional[str]) -> bool:
+    return a is not None and b is not None and os.path.realpath(a) == os.path.realpath(b)
+
+
+def _print_seed_example(demo: list, preds: dict, no_answer: str) -> None:
+    """The seed project's own example question, first and in full (when the demo data holds it)."""
+    from .evaluation.dureader import Reference, score_one
+
+    ex = next((e for e in demo if e.question == SEED_QUESTION), None)
+    if ex is None:
+        return
+    f1, _ = score_one(Reference(ex.answer_texts, ex.is_impossible, ex.qtype), preds[ex.qid])
+    print(f"the seed's example (DuReader-checklist demo #{demo.index(ex) + 1}):\n  question: {ex.question}\n"
+          f"  title:    {ex.title}\n  passage:  {_fit(ex.context, 76).rstrip()} ({len(ex.context)} characters)\n"
+          f"  answer:   {_zh(preds[ex.qid], no_answer)}\n  reference: {ex.answer_texts[0] if ex.answer_texts else NO_ANSWER_ZH}"
+          f"  (F1 {f1:.2f})\n")
+
+
+def _scores(refs, preds: dict, evaluate, no_answer: str, label: str = "shipped model") -> dict:
     """Model vs always-"no answer": F1/EM over all questions and F1 on the answerable / unanswerable ones."""
     out = {}
-    for name, p in (("shipped model", preds), ('always "no answer"', {q: no_answer for q in refs})):
+    for name, p in ((label, preds), ('always "no answer"', {q: no_answer for q in refs})):
         r = evaluate(refs, p)
         parts = {}
         for key, keep in (("F1_ans", False), ("F1_noans", True)):

@@ -1,4 +1,4 @@
-"""Stage 5 data of the shipped Chinese MRC model (issue 8): DuReader-checklist in-domain questions.
+"""Stage 5 data of the Chinese MRC model: DuReader-checklist in-domain questions.
 
 The issue asks to train on CMRC2018 + DuReader-robust + DuReader-checklist demo, holding out a part. The
 checklist demo (100 questions) is split by passage (seed 0) into a tuning half, used here, and a held-out
@@ -7,7 +7,7 @@ Checklist answers are long descriptive spans and its unanswerable questions are 
 no answer), unlike the robust / CMRC data, so the tuning half is repeated and mixed with a sample of the
 stage-4 training file.
 
-Usage: python recipes/issue8_checklist_mix.py --stage4 RUN/data4/train.json --out RUN/data5 [--repeat 4]
+Usage: python recipes/checklist_tuning_mix.py --stage4 RUN/data4/train.json --out RUN/data5 [--repeat 4]
 """
 from __future__ import annotations
 

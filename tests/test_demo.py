@@ -39,7 +39,12 @@ def test_demo_on_a_span_model(tiny_span_dir, capsys):
     assert "questions/s" in out and "bertfam serve --model" in out
     base = next(line for line in out.splitlines() if line.startswith('always "no answer"'))
     assert base.split()[3:7] == ["40.0", "40.0", "0.0", "100.0"]  # the trivial baseline
-    assert 0 <= r["shipped model"]["F1"] <= 100 and r["questions_per_s"] > 0
+    # a model given with --model is the user's, not the shipped one
+    assert 0 <= r["your model"]["F1"] <= 100 and r["questions_per_s"] > 0 and "shipped model" not in r
+    assert "your model" in out and "shipped model" not in out
+    # the seed project's example comes first, with its title and reference
+    seed = out[out.index("the seed's example"):]
+    assert "番石榴汁热量" in seed and "番石榴汁的热量 - 妈妈网百科" in seed and "一个番石榴所含的脂肪约0.9克重或84卡路里" in seed
 
 
 def test_demo_bad_model_says_what_is_expected(tmp_path, tiny_span_dir, capsys):
