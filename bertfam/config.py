@@ -7,14 +7,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .errors import ConfigError
 
+log = logging.getLogger("bertfam")
+
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "relu", "silu", "swish", "tanh")
 FAMILIES = ("bert", "roberta", "albert", "ernie", "tinybert", "kbert", "visualbert")
+HEAD_TASKS = ("mlm", "pretraining", "classification", "regression", "token", "span")  # head.task values (or None)
+ENCODER = "encoder"  # the task `from_pretrained` / `export` name a bare backbone by (head.task None)
+LOAD_TASKS = (ENCODER,) + HEAD_TASKS
 
 
 @dataclass
@@ -79,6 +85,11 @@ class ModelConfig:
         return self.num_hidden_groups or self.num_hidden_layers
 
     @property
+    def max_sequence_length(self) -> int:
+        """Longest input the position table holds (RoBERTa's table starts after its padding rows)."""
+        return self.max_position_embeddings - self.position_offset
+
+    @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
@@ -100,6 +111,8 @@ class ModelConfig:
         need(self.inner_group_num >= 1, "inner_group_num must be >= 1")
         need(0 <= self.pad_token_id < self.vocab_size, f"pad_token_id {self.pad_token_id} outside the vocabulary")
         need(self.position_offset >= 0, "position_offset must be >= 0")
+        need(self.head.task is None or self.head.task in HEAD_TASKS,
+             f"head task {self.head.task!r} not in {', '.join(HEAD_TASKS)}")
 
     # ---------------------------------------------------------------- json
     def to_dict(self) -> dict:
@@ -128,6 +141,25 @@ class ModelConfig:
 
     def replace(self, **kw) -> "ModelConfig":
         return dataclasses.replace(self, **kw)
+
+
+def fit_max_length(cfg: ModelConfig, max_length: int) -> int:
+    """Inference (embed, evaluate, predict): max_length within the model's positions, clamped with one warning
+    rather than refused, as MRC windows are: a longer input would index past the position table, and texts
+    that fit come out the same either way."""
+    limit = cfg.max_sequence_length
+    if max_length > limit:
+        log.warning("max length %d is more than the model's %d positions; using %d", max_length, limit, limit)
+        return limit
+    return max_length
+
+
+def check_max_length(cfg: ModelConfig, max_length: int, what: str = "max_length") -> None:
+    """Training (pretrain, finetune): ConfigError when max_length exceeds the model's positions. Refused, not
+    clamped: the run's recorded length would not be the one it trained with."""
+    if max_length > cfg.max_sequence_length:
+        raise ConfigError(f"{what} {max_length} exceeds the model's {cfg.max_sequence_length} positions "
+                          f"(max_position_embeddings {cfg.max_position_embeddings})")
 
 
 def _known(cls, d: dict, source: str) -> dict:

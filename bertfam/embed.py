@@ -2,7 +2,7 @@
 
 `embed_texts` returns, per chosen layer (0 = embedding output, -1 = last layer), the [CLS] vector and
 the mask-aware mean of the token vectors; `embed_file` writes them to .npy (N, n_layers, H) and,
-optionally, every token's vectors to JSON lines. `word_vectors` gives the contextual vector of a
+optionally, every token's vectors to JSON lines, one row per input line (N = the file's line count). `word_vectors` gives the contextual vector of a
 word inside a sentence and its static input-embedding vector, for polysemy checks.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from .config import fit_max_length
 from .errors import ConfigError, DataError
 from .utils import atomic_path
 
@@ -41,16 +42,6 @@ def _check_layers(layers: Sequence[int], n_hidden: int) -> list[int]:
     return out
 
 
-def _window(model, max_length: int) -> int:
-    """max_length within the model's positions: longer inputs would index past the position table.
-    Clamped with a warning rather than refused, as MRC windows are: shorter texts embed the same either way."""
-    limit = model.config.max_position_embeddings - model.config.position_offset
-    if max_length > limit:
-        log.warning("max length %d is more than the model's %d positions; using %d", max_length, limit, limit)
-        return limit
-    return max_length
-
-
 @torch.no_grad()
 def _encode_batch(model, texts: Sequence, max_length: int):
     tok = model.tokenizer
@@ -74,7 +65,7 @@ def embed_texts(model_or_dir, texts: Sequence, layers: Sequence[int] = (-1,), po
     if not texts:
         raise DataError("no input text")
     idx = _check_layers(layers, model.config.num_hidden_layers + 1)
-    max_length = _window(model, max_length)
+    max_length = fit_max_length(model.config, max_length)  # clamped with a warning
     res: dict = {p: [] for p in pooling}
     if tokens:
         res["tokens"] = []
@@ -97,53 +88,97 @@ def embed_texts(model_or_dir, texts: Sequence, layers: Sequence[int] = (-1,), po
 
 
 def read_inputs(path: str) -> list:
-    """One input per line; `a ||| b` is a pair (the extract_features convention). Blank lines skipped."""
+    """One entry per line of the file, so output rows stay aligned with input lines: a text, or an
+    (a, b) pair for `a ||| b` (the extract_features convention); a blank line is the empty text ("" or
+    ("", "")); a line that is not UTF-8 is None, reported as `file:line`."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: input file not found")
     with open(path, "rb") as f:
-        raw = f.read()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
-    items = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        if " ||| " in line:
-            a, b = line.split(" ||| ", 1)
-            items.append((a.strip(), b.strip()))
-        else:
-            items.append(line.strip())
-    if not items:
+        lines = _split_lines(f.read())
+    if not lines:
         raise DataError(f"{path}: no input line")
-    if len({isinstance(x, tuple) for x in items}) > 1:
+    items, bad = [], []
+    for n, raw in enumerate(lines, 1):
+        try:
+            items.append(_parse_line(raw.decode("utf-8")))
+        except UnicodeDecodeError as e:
+            bad.append(n)
+            if len(bad) <= _MAX_REPORTED:
+                log.warning("%s:%d: not UTF-8 (%s at byte %d); written as a row of NaN", path, n, e.reason, e.start)
+            items.append(None)
+    if len(bad) == len(items):
+        raise DataError(f"{path}: no UTF-8 line ({len(bad)} lines)")
+    if len(bad) > 1:
+        log.warning("%s: %d of %d lines not UTF-8 (rows of NaN): lines %s", path, len(bad), len(items),
+                    ", ".join(map(str, bad[:_MAX_REPORTED])) + (", ..." if len(bad) > _MAX_REPORTED else ""))
+    return _one_kind(items, path)
+
+
+_MAX_REPORTED = 10  # lines named one by one; the summary counts them all
+
+
+def _split_lines(raw: bytes) -> list[bytes]:
+    """Lines as `wc -l` and editors count them: split at \\n only (a \\r before it dropped; a final newline
+    ends the last line). str.splitlines would also split at \\x0b, \\x1c, U+2028 ... and shift the rows after."""
+    if raw.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte-order mark
+        raw = raw[3:]
+    lines = raw.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    return [l[:-1] if l.endswith(b"\r") else l for l in lines]
+
+
+def _parse_line(line: str):
+    if " ||| " in line:
+        a, b = line.split(" ||| ", 1)
+        return a.strip(), b.strip()
+    return line.strip()
+
+
+def _one_kind(items: list, path: str) -> list:
+    """All single texts or all pairs; blank lines take the file's kind (("", "") in a file of pairs)."""
+    kinds = {isinstance(x, tuple) for x in items if x}
+    if len(kinds) > 1:
         raise DataError(f"{path}: mix of single texts and 'a ||| b' pairs; use one kind per file")
+    if kinds == {True}:
+        return [("", "") if x == "" else x for x in items]
     return items
 
 
 def embed_file(model_dir: str, input_path: str, out_prefix: str, layers: Sequence[int] = (-1,),
                pooling: Sequence[str] = ("cls", "mean"), tokens: bool = False, max_length: int = 128,
                batch_size: int = 32) -> list[str]:
-    texts = read_inputs(input_path)
-    res = embed_texts(model_dir, texts, layers, pooling or ("cls", "mean"), max_length, batch_size, tokens)
+    """Row i of every output is line i of the input (blank: the empty text's vectors; not UTF-8: NaN)."""
+    items = read_inputs(input_path)
+    ok = [i for i, x in enumerate(items) if x is not None]
+    pooling = pooling or ("cls", "mean")
+    res = embed_texts(model_dir, [items[i] for i in ok], layers, pooling, max_length, batch_size, tokens)
     written = []
-    for p in pooling or ("cls", "mean"):
+    for p in pooling:
+        rows = np.full((len(items),) + res[p].shape[1:], np.nan, dtype=np.float32)  # (N lines, n_layers, H)
+        rows[ok] = res[p]
         path = f"{out_prefix}.{p}.npy"
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as f:
-                np.save(f, res[p])
+                np.save(f, rows)
         written.append(path)
     if tokens:
         path = out_prefix + ".jsonl"
+        per_line = dict(zip(ok, res["tokens"]))
         with atomic_path(path) as tmp:
             with open(tmp, "w", encoding="utf-8") as f:
-                for i, toks in enumerate(res["tokens"]):
-                    feats = [{"token": t, "layers": [{"index": int(l), "values": [round(float(x), 6) for x in v[k]]}
-                                                     for k, l in enumerate(layers)]} for t, v in toks]
-                    f.write(json.dumps({"line_index": i, "features": feats}, ensure_ascii=False) + "\n")
+                for i in range(len(items)):
+                    f.write(json.dumps(_token_record(i, per_line.get(i), layers), ensure_ascii=False) + "\n")
         written.append(path)
     return written
+
+
+def _token_record(i: int, toks, layers: Sequence[int]) -> dict:
+    if toks is None:  # a line that is not UTF-8: its record stays, so record i is still line i
+        return {"line_index": i, "features": [], "error": "not UTF-8"}
+    feats = [{"token": t, "layers": [{"index": int(l), "values": [round(float(x), 6) for x in v[k]]}
+                                     for k, l in enumerate(layers)]} for t, v in toks]
+    return {"line_index": i, "features": feats}
 
 
 @torch.no_grad()

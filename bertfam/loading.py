@@ -8,7 +8,7 @@ from typing import Optional
 
 import torch
 
-from .config import HeadConfig, ModelConfig, read_json
+from .config import ENCODER, LOAD_TASKS, HeadConfig, ModelConfig, read_json
 from .errors import CheckpointError, ConfigError, TokenizerError
 from .modeling.model import TaskModel
 
@@ -36,9 +36,13 @@ def load_config(path: str) -> tuple[ModelConfig, bool]:
 
 def _with_task(cfg: ModelConfig, task: Optional[str], head_kwargs: dict) -> tuple[ModelConfig, bool]:
     """Config with the requested head. Returns (config, head_is_new)."""
+    if task is not None and task not in LOAD_TASKS:
+        raise ConfigError(f"unknown task {task!r}; valid tasks: {', '.join(LOAD_TASKS)}")
     head = cfg.head
     new = False
-    if task is not None and task != head.task:
+    if task == ENCODER:
+        head = HeadConfig()  # no head: its weights in the checkpoint are simply not loaded
+    elif task is not None and task != head.task:
         keep = {"classifier_pooling": head.classifier_pooling} if task in ("classification", "regression") else {}
         if task == "pretraining":
             keep["pair_objective"] = "sop" if cfg.family == "albert" else ("nsp" if cfg.family != "roberta" else None)
@@ -59,9 +63,10 @@ def from_pretrained(path: str, task: Optional[str] = None, *, load_tokenizer: bo
                     seed: int = 0, **head_kwargs) -> TaskModel:
     """Load a bertfam or Hugging Face checkpoint directory.
 
-    task: None keeps the checkpoint's own head (if any); a different task ("classification",
-    "token", "span", "mlm", "pretraining", "regression") adds a freshly initialised head
-    (num_labels=..., labels=[...] in head_kwargs). The model is returned in eval mode.
+    task: None keeps the checkpoint's own head (if any); "encoder" drops it (the bare backbone); a
+    different task ("classification", "token", "span", "mlm", "pretraining", "regression") adds a freshly
+    initialised head (num_labels=..., labels=[...] in head_kwargs). Any other task raises ConfigError
+    naming the valid ones. The model is returned in eval mode.
     """
     cfg, native = load_config(path)
     saved_task = cfg.head.task

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .config import HeadConfig, resolve_config
+from .config import HeadConfig, check_max_length, resolve_config
 from .errors import ConfigError, DataError
 from .objectives.collator import PretrainCollator
 from .objectives.masking import IGNORE, MaskingConfig
@@ -134,10 +134,7 @@ def build_pretraining_model(pc: PretrainConfig, tokenizer):
     if tokenizer.vocab_size > cfg.vocab_size:
         raise ConfigError(f"tokenizer has {tokenizer.vocab_size} entries but the model's vocab_size is "
                           f"{cfg.vocab_size}")
-    limit = cfg.max_position_embeddings - cfg.position_offset
-    if pc.max_seq_len > limit:
-        raise ConfigError(f"max_seq_len {pc.max_seq_len} exceeds the model's {limit} positions "
-                          f"(max_position_embeddings {cfg.max_position_embeddings})")
+    check_max_length(cfg, pc.max_seq_len, "max_seq_len")
     model.tokenizer = tokenizer
     return model.train()
 
@@ -227,24 +224,31 @@ def run_pretraining(pc: PretrainConfig, callbacks: Sequence["TrainerCallback"] =
                      eval_every=pc.eval_every, progress=pc.progress)
     eval_fn = make_eval_fn(held, collate, pc.batch_size) if held is not None else None
     trainer = Trainer(model, tc, train, collate, eval_fn=eval_fn, lengths=lengths, step_metrics_fn=step_metrics,
-                      tokenizer=tokenizer, callbacks=callbacks)
-    _write_run_config(pc, trainer)
+                      tokenizer=tokenizer, callbacks=[*callbacks, _run_config_writer(pc)])
     log.info("pre-training %s (masking %s, pair %s): %d instances, %s parameters", pc.objective, masking, pair,
              len(train), f"{model.num_parameters()['total']:,}")
-    summary = trainer.train(resume_from=pc.resume)
+    summary = trainer.train(resume_from=pc.resume)  # summary["already_complete"]: a finished run, left as it was
     summary.update(train_instances=len(train), eval_instances=len(held) if held is not None else 0)
     return summary
 
 
-def _write_run_config(pc: PretrainConfig, trainer) -> None:
+def _run_config_writer(pc: PretrainConfig) -> "TrainerCallback":
+    """Writes out/pretrain_config.json when training starts: not on resuming a run that is already complete,
+    which must be left exactly as it was."""
     import json
 
+    from .training import TrainerCallback
     from .utils import atomic_write_text
 
-    if trainer.is_main:
-        d = dataclasses.asdict(pc)
-        d["corpus"] = list(d["corpus"])
-        atomic_write_text(os.path.join(pc.out, "pretrain_config.json"), json.dumps(d, indent=2, ensure_ascii=False))
+    class WriteRunConfig(TrainerCallback):
+        def on_train_begin(self, trainer) -> None:
+            if trainer.is_main:
+                d = dataclasses.asdict(pc)
+                d["corpus"] = list(d["corpus"])
+                atomic_write_text(os.path.join(pc.out, "pretrain_config.json"),
+                                  json.dumps(d, indent=2, ensure_ascii=False))
+
+    return WriteRunConfig()
 
 
 # ---------------------------------------------------------------- showing predictions

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import bertfam
-from bertfam.errors import CheckpointError
+from bertfam.errors import CheckpointError, ConfigError
 
 from .conftest import minilm_dir, run_cli
 
@@ -77,6 +77,28 @@ def test_new_head_on_backbone(tiny_dir):
     assert m.config.head.num_labels == 3
     out = m(torch.randint(0, 1000, (2, 6)))
     assert out.logits.shape == (2, 3)
+
+
+def test_unknown_task_is_a_config_error_naming_the_valid_ones(tmp_path, tiny_dir):
+    with pytest.raises(ConfigError, match="unknown task 'bogus'; valid tasks: encoder, mlm, pretraining, "
+                                          "classification, regression, token, span"):
+        bertfam.from_pretrained(str(tiny_dir), task="bogus")
+    cfg = json.loads((tiny_dir / "config.json").read_text())
+    cfg["head"]["task"] = "bogus"  # a hand-edited config.json: the same error class, not a ValueError
+    (tiny_dir / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match="head task 'bogus' not in mlm, pretraining"):
+        bertfam.from_pretrained(str(tiny_dir))
+
+
+def test_encoder_task_drops_the_head(tiny_dir):
+    m = bertfam.from_pretrained(str(tiny_dir), task="classification", labels=["a", "b"])
+    d = str(tiny_dir) + "-cls"
+    m.save_pretrained(d, tokenizer=m.tokenizer)
+    bare = bertfam.from_pretrained(d, task="encoder")
+    assert bare.task is None and bare.classifier is None
+    ids = torch.randint(0, 1000, (2, 6))
+    with torch.no_grad():
+        assert torch.equal(bare(ids).last_hidden_state, m(ids).last_hidden_state)
 
 
 def test_loaded_model_is_real_trainable_float32(tmp_path, tiny_dir):

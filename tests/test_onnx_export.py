@@ -67,3 +67,23 @@ def test_cli_exports_the_span_head_and_checks_it(tmp_path, capsys, zh_vocab):
     check_onnx(str(out), bertfam.from_pretrained(str(tmp_path / "span")))
     assert main(["export", "--onnx", str(tmp_path / "nowhere"), str(tmp_path / "x.onnx")]) == 2
     assert "nowhere" in capsys.readouterr().err and not (tmp_path / "x.onnx").exists()
+
+
+def test_cli_task_choices_and_the_bare_encoder(tmp_path, capsys):
+    """--task takes the heads docs/serving.md lists: `encoder` exports the backbone without the checkpoint's
+    head; a name outside the list fails while parsing, naming the choices (exit code 2)."""
+    from bertfam.cli import main
+
+    tiny("token", "bert-tiny").save_pretrained(str(tmp_path / "tok"))
+    with pytest.raises(SystemExit) as e:
+        main(["export", "--onnx", str(tmp_path / "tok"), str(tmp_path / "x.onnx"), "--task", "bogus"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'bogus'" in err and "'encoder', 'mlm'" in err and "Traceback" not in err
+    assert not (tmp_path / "x.onnx").exists()
+    out = tmp_path / "enc.onnx"
+    assert main(["export", "--onnx", str(tmp_path / "tok"), str(out), "--task", "encoder"]) == 0
+    assert "task encoder" in capsys.readouterr().out
+    bare = bertfam.from_pretrained(str(tmp_path / "tok"), task="encoder")
+    meta = check_onnx(str(out), bare)
+    assert output_names(bare) == ["last_hidden_state", "pooler_output"] and meta["bertfam_task"] == "None"

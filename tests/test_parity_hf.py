@@ -95,6 +95,31 @@ def test_hf_import_and_export_parity(tmp_path, family, cls_name):
     _compare(c, b, am)
 
 
+MLM_ONLY = [("bert", "BertForMaskedLM"), ("roberta", "RobertaForMaskedLM"), ("albert", "AlbertForMaskedLM"),
+            ("ernie", "ErnieForMaskedLM")]
+
+
+@pytest.mark.parametrize("family,arch", MLM_ONLY)
+def test_mlm_only_pretraining_head_exports_as_masked_lm(tmp_path, family, arch):
+    """`pretrain --objective roberta` / `--pair none` gives a pre-training head without NSP/SOP: it must
+    export as *ForMaskedLM (no pooler, no pair classifier), which AutoModelForMaskedLM loads completely."""
+    kw = dict(COMMON, family=family, head=bertfam.HeadConfig(task="pretraining", pair_objective=None))
+    if family == "roberta":
+        kw.update(max_position_embeddings=66, pad_token_id=1, position_offset=2, type_vocab_size=1)
+    if family == "albert":
+        kw.update(embedding_size=16, num_hidden_groups=1)
+    model = bertfam.build_model(bertfam.ModelConfig(**kw), seed=3).eval()
+    export_hf(model, str(tmp_path / "hf"))
+    hf, info = T.AutoModelForMaskedLM.from_pretrained(str(tmp_path / "hf"), output_loading_info=True)
+    assert type(hf).__name__ == arch and hf.config.architectures == [arch]
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    ids, am, tt = _batch(model.config.pad_token_id)
+    with torch.no_grad():
+        a = hf.eval()(input_ids=ids, attention_mask=am, output_hidden_states=True)
+        b = model(input_ids=ids, attention_mask=am)
+    _compare(a, b, am)
+
+
 def test_native_save_load_roundtrip(tmp_path, tiny_cfg):
     for task, kw in [(None, {}), ("classification", {"num_labels": 3}), ("span", {}), ("token", {"num_labels": 5}),
                      ("pretraining", {"pair_objective": "sop"})]:

@@ -107,6 +107,20 @@ def test_kill_and_resume_gives_identical_weights(tiny, tmp_path, capsys):
     assert steps == [1, 2, 3, 4, 5, 6]  # steps 1-4 before the kill, 5-6 after resuming
 
 
+def test_resuming_a_finished_run_changes_nothing(tiny, tmp_path, capsys):
+    out = tmp_path / "run"
+    rc, _, err = cli(capsys, *_args(tiny, out, "--objective", "roberta", "--max-steps", "3", "--save-every", "1",
+                                    "--keep-last", "2"))
+    assert rc == 0, err
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert {p.parts[1] for p in before if p.parts[0] == "checkpoints"} == {"step-2", "step-3"}
+    rc, stdout, err = cli(capsys, "pretrain", "--resume", out, "--no-progress", "--threads", "1")
+    assert rc == 0, err
+    assert stdout.strip() == f"{out}: already complete (step 3 of 3); nothing changed"
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after.keys() == before.keys() and all(after[k] == before[k] for k in before)  # no step-4, no rotation
+
+
 def test_torchrun_two_ranks_identical_weights(tiny, tmp_path):
     out, sums = tmp_path / "ddp", tmp_path / "sums"
     cfg = {"model_config": str(tiny / "model.json"), "vocab": str(tiny / "vocab.txt"), "corpus": [CORPUS],

@@ -42,7 +42,8 @@ def register(sub) -> None:
     p.add_argument("--data", default=S, help="instance cache from `bertfam pretrain-data` (instead of --corpus)")
     p.add_argument("--out", default=S, help="run directory")
     p.add_argument("--init", default=S, help="continue pre-training from this checkpoint")
-    p.add_argument("--resume", default=S, help="resume an interrupted run (its directory or a checkpoint)")
+    p.add_argument("--resume", default=S, help="resume an interrupted run (its directory or a checkpoint); a run "
+                   "that already finished is left unchanged (exit code 0, one line saying so)")
     # 0 is meaningful for some: no warm-up, no clipping, checkpoint / evaluate at the end only, keep all
     for name, typ in (("epochs", positive_float), ("max-steps", positive_int), ("batch-size", positive_int),
                       ("lr", positive_float), ("weight-decay", non_negative_float), ("warmup-ratio", probability),
@@ -132,6 +133,9 @@ def _pretrain(args) -> int:
         d["out"] = d["resume"]
     pc = PretrainConfig.from_dict(d, source=getattr(args, "config", "run config"))
     s = run_pretraining(pc)
+    if s.get("already_complete"):  # not an error: re-running a finished pipeline step is a no-op
+        print(f"{pc.resume}: already complete (step {s['steps']} of {s['total_steps']}); nothing changed")
+        return 0
     print(f"pre-trained {s['steps']} steps ({s['train_instances']} instances, {s['tokens_per_s']:.0f} tokens/s); "
           f"model in {pc.out}")
     return 0

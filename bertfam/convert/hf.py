@@ -89,9 +89,14 @@ def hf_architecture(cfg: ModelConfig) -> str:
     suffix = {None: "Model", "mlm": "ForMaskedLM", "pretraining": "ForPreTraining",
               "classification": "ForSequenceClassification", "regression": "ForSequenceClassification",
               "token": "ForTokenClassification", "span": "ForQuestionAnswering"}[task]
-    if task == "pretraining" and cfg.family == "roberta":
-        suffix = "ForMaskedLM"  # RoBERTa has no pair objective
+    if task == "pretraining" and not _has_pair_head(cfg):
+        suffix = "ForMaskedLM"  # MLM only (RoBERTa, --pair none): *ForPreTraining would expect a pair head
     return fam + suffix
+
+
+def _has_pair_head(cfg: ModelConfig) -> bool:
+    """A pre-training head with an NSP/SOP classifier that Hugging Face's *ForPreTraining holds."""
+    return cfg.head.task == "pretraining" and bool(cfg.head.pair_objective) and cfg.family != "roberta"
 
 
 def config_to_hf(cfg: ModelConfig) -> dict:
@@ -172,7 +177,7 @@ def _head_table(cfg: ModelConfig) -> list[tuple[str, list[str]]]:
              "albert": ("predictions.dense", "predictions.LayerNorm", "predictions.bias")}.get(
             fam, ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias"))
         t += _ln("mlm.dense", p[0]) + _ln("mlm.norm", p[1]) + [("mlm.bias", [p[2]])]
-        if task == "pretraining" and cfg.head.pair_objective and fam != "roberta":
+        if _has_pair_head(cfg):
             t += _ln("pair.classifier", "sop_classifier.classifier" if fam == "albert" else "cls.seq_relationship")
     elif task in ("classification", "regression"):
         if cfg.head.classifier_pooling == "cls_dense":
@@ -193,8 +198,10 @@ def _is_head_key(k: str) -> bool:
 
 def hf_has_pooler(cfg: ModelConfig) -> bool:
     task = cfg.head.task
-    if task in (None, "pretraining"):
-        return not (task == "pretraining" and cfg.family == "roberta")
+    if task is None:
+        return True
+    if task == "pretraining":  # *ForPreTraining has one, *ForMaskedLM (what an MLM-only head exports as) not
+        return _has_pair_head(cfg)
     return task in ("classification", "regression") and cfg.family != "roberta"
 
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import ModelConfig
+from ..config import HEAD_TASKS, ModelConfig
 from .attention import extended_mask
 from .embeddings import Embeddings
 from .encoder import Encoder
@@ -16,7 +16,7 @@ from .heads import ClassificationHead, MLMHead, PairHead, SpanHead, TokenHead
 from .varlen import Packed, pack_info, repad, unpad
 from . import varlen
 
-TASKS = ("mlm", "pretraining", "classification", "regression", "token", "span")
+TASKS = HEAD_TASKS
 IGNORE = -100
 
 
