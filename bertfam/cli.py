@@ -32,6 +32,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="bertfam: %(levelname)s: %(message)s")
+    # training progress and evaluation lines are the only feedback of a run whose stderr is no terminal
+    logging.getLogger("bertfam.progress").setLevel(logging.INFO)
     try:
         rc = args.func(args)
     except BertfamError as e:

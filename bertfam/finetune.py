@@ -16,6 +16,7 @@ import random
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
+from .config import check_max_length, fit_max_length
 from .data.labelled import Example
 from .errors import ConfigError, DataError
 from .tasks.decoding import tags_to_spans
@@ -45,8 +46,10 @@ class FinetuneOptions:
     grad_accum: int = 1
     max_steps: Optional[int] = None
     progress: bool = True
-    save_checkpoints: bool = True  # resumable trainer checkpoint at the end (optimizer state included)
+    save_checkpoints: bool = True  # trainer checkpoints under out/checkpoints; False: final model (+ best/) only
     save_every: int = 0  # also every N optimizer steps (to resume an interrupted run with resume=True)
+    keep_last: int = 2  # checkpoints kept (0: all)
+    save_optimizer_state: bool = True  # False: weights-only checkpoints (not resumable)
     freeze_word_embeddings: bool = False  # e.g. a 250k-row multilingual vocabulary: skip its gradients
     kg: Optional[Sequence[str]] = None  # K-BERT knowledge graph files (.spo)
     resume: bool = False
@@ -105,15 +108,33 @@ def _kbert_encoder(tokenizer, kg_paths, max_length):
     return KBertEncoder(tokenizer, kg, max_length)
 
 
+def _build_reporting_kbert(builder: FeatureBuilder, examples: list, what: str) -> list:
+    """builder.build(examples), plus one console line on how much knowledge K-BERT injected: a graph
+    whose subjects never match the segmented text trains plain BERT without any other sign."""
+    enc = builder.kbert
+    if getattr(enc, "kg", None) is None or not hasattr(enc, "stats"):  # no graph, or another encoder
+        return builder.build(examples)
+    keys = ("sentences", "sentences_with_entities", "injected_entities", "dropped_entities")
+    before = {k: enc.stats[k] for k in keys}
+    feats = builder.build(examples)
+    n = {k: enc.stats[k] - before[k] for k in keys}
+    logging.getLogger("bertfam.progress").info(
+        "K-BERT %s: %d sentences, %d with at least one injected entity, %d entities injected (%d left out: "
+        "no room within max_length)", what, n["sentences"], n["sentences_with_entities"], n["injected_entities"],
+        n["dropped_entities"])
+    return feats
+
+
 # ---------------------------------------------------------------------- fine-tune
 def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Optional[str], out: str,
              opts: Optional[FinetuneOptions] = None, **kw) -> dict:
     """Fine-tune `model_dir` on `train`, select on `dev` (or a split carved from train), save to `out`."""
-    from .loading import from_pretrained
+    from .loading import from_pretrained, load_config
     from .training import TrainConfig, Trainer
 
     opts = opts or FinetuneOptions(**kw)
     spec = resolve_task(task)
+    check_max_length(load_config(model_dir)[0], opts.max_length)  # as pretrain: refused, not clamped
     train_ex = spec.read(train)
     if dev:
         dev_ex = spec.read(dev)
@@ -137,7 +158,8 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
         model.backbone.embeddings.word.weight.requires_grad_(False)
     builder = FeatureBuilder(model.tokenizer, spec, labels, opts.max_length,
                              _kbert_encoder(model.tokenizer, opts.kg, opts.max_length))
-    train_f, dev_f = builder.build(train_ex), builder.build(dev_ex)
+    train_f = _build_reporting_kbert(builder, train_ex, "train")
+    dev_f = _build_reporting_kbert(builder, dev_ex, "dev")
 
     kept: dict = {}  # predictions of the best evaluation so far (same rule as the trainer: strictly better)
 
@@ -154,7 +176,9 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
                      eval_every=opts.eval_every, layerwise_lr_decay=opts.layerwise_lr_decay,
                      metric_for_best=spec.headline, greater_is_better=True,
                      early_stopping_patience=opts.early_stopping_patience, group_by_length=opts.group_by_length,
-                     progress=opts.progress, save_final=opts.save_checkpoints, save_every=opts.save_every)
+                     progress=opts.progress, save_final=opts.save_checkpoints, save_every=opts.save_every,
+                     checkpoints=opts.save_checkpoints, keep_last=opts.keep_last,
+                     save_optimizer_state=opts.save_optimizer_state)
     trainer = Trainer(model.train(), tc, train_f, builder.collate, eval_fn=eval_fn, lengths=lengths(train_f),
                       tokenizer=model.tokenizer)
     summary = trainer.train(resume_from=out if opts.resume else None)
@@ -200,7 +224,7 @@ def _load_finetuned(model_dir: str, task: Optional[str], kg: Optional[Sequence[s
     if model.task != spec.head:
         raise ConfigError(f"{model_dir}: has a {model.task!r} head, task {spec.name} needs {spec.head!r}")
     extra = model.config.head.extra or {}
-    L = max_length or extra.get("max_length", 128)
+    L = fit_max_length(model.config, max_length or extra.get("max_length", 128))  # as embed: clamped
     kg = kg or extra.get("kg")
     builder = FeatureBuilder(model.tokenizer, spec, list(model.config.head.labels), L,
                              _kbert_encoder(model.tokenizer, kg, L))
@@ -235,13 +259,16 @@ def predict(model_dir: str, data: str, out: str, task: Optional[str] = None,
     if spec.family == "glue":
         from .data.glue import SUBMISSION_NAME
 
-        return write_predictions(os.path.join(out, SUBMISSION_NAME[spec.name]), spec, examples, names)
+        return write_predictions(os.path.join(out, SUBMISSION_NAME[spec.name]), spec, examples, names,
+                                 ids=[ex.guid for ex in examples])  # the GLUE server matches its test index
     return write_predictions(os.path.join(out, "predictions"), spec, examples, names)
 
 
-def write_predictions(stem: str, spec: TaskSpec, examples: list[Example], names: list) -> str:
-    """Sequence tasks: `stem.tsv` with `index\\tprediction` (GLUE submission layout). Token tasks:
-    `stem.jsonl` in CLUENER layout ({id, text, label: {type: {entity: [[start, end_inclusive]]}}})."""
+def write_predictions(stem: str, spec: TaskSpec, examples: list[Example], names: list,
+                      ids: Optional[Sequence[str]] = None) -> str:
+    """Sequence tasks: `stem.tsv` with `index\\tprediction` (GLUE submission layout); index = the row's
+    0-based position among `examples` unless `ids` are given. Token tasks: `stem.jsonl` in CLUENER layout
+    ({id, text, label: {type: {entity: [[start, end_inclusive]]}}})."""
     if spec.kind == "token":
         path = stem + ".jsonl"
         lines = []
@@ -254,7 +281,8 @@ def write_predictions(stem: str, spec: TaskSpec, examples: list[Example], names:
         return path
     path = stem + ".tsv"
     fmt = (lambda v: f"{v:.3f}") if spec.kind == "regression" else str
-    rows = ["index\tprediction"] + [f"{ex.guid}\t{fmt(p)}" for ex, p in zip(examples, names)]
+    ids = range(len(examples)) if ids is None else ids  # not guids: those are source line numbers (from 2)
+    rows = ["index\tprediction"] + [f"{i}\t{fmt(p)}" for i, p in zip(ids, names)]
     atomic_write_text(path, "\n".join(rows) + "\n")
     return path
 

@@ -137,3 +137,23 @@ def test_other_tab_runs_every_loaded_task(page, live, tmp_path):
     page.wait_for_selector("#label")
     _save(page, tmp_path, "screenshot-tasks.png")
     assert page.outside == []
+
+
+def test_docs_page_lists_every_endpoint_offline(page, live):
+    """/docs renders from /openapi.json alone: every endpoint with its schemas, nothing fetched elsewhere."""
+    ctx = page.context.browser.new_context()
+    pg = ctx.new_page()
+    outside = []
+    pg.on("request", lambda r: None if r.url.startswith(live.url) else outside.append(r.url))
+    pg.goto(live.url + "/docs")
+    pg.wait_for_selector("details.op")
+    paths = pg.locator("details.op .path").all_text_contents()
+    assert {"/health", "/v1/mrc", "/v1/classify", "/v1/ner", "/v1/embed", "/v1/fill-mask"} <= set(paths)
+    mrc = pg.locator("details.op", has_text="/v1/mrc").first
+    mrc.locator("summary").click()
+    assert '"question"' in mrc.locator("pre").first.text_content()  # the request schema, references inlined
+    mrc.locator("textarea").fill('{"question": "中国的首都是哪里？", "passage": "北京是中国的首都。"}')
+    mrc.locator("button").click()
+    pg.wait_for_function("[...document.querySelectorAll('pre')].some(p => p.textContent.startsWith('200 '))")
+    assert pg.text_content("#error") == "" and outside == []
+    ctx.close()

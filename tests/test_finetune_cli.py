@@ -69,6 +69,46 @@ def test_classification_finetune_evaluate_predict_reload(tiny, tmp_path, capsys)
     assert m.config.head.extra["task"] == "sst2"
 
 
+def test_prediction_rows_are_indexed_from_0(tiny, tmp_path, capsys):
+    out = tmp_path / "sst2"
+    dev = fx("glue", "SST-2", "dev.tsv")  # no index column: examples are named by source line (2, 3, ...)
+    rc, _, err = cli(capsys, "finetune", "--task", "sst2", "--model", tiny, "--train", fx("glue", "SST-2", "train.tsv"),
+                     "--dev", dev, "--out", out, "--max-steps", "1", *FAST)
+    assert rc == 0, err
+    n = json.loads((out / "eval_results.json").read_text())["n_dev"]
+    rows = list(csv.reader((out / "dev_predictions.tsv").open(), delimiter="\t"))
+    assert rows[0] == ["index", "prediction"] and [r[0] for r in rows[1:]] == [str(i) for i in range(n)]
+    rc, _, err = cli(capsys, "evaluate", "--model", out, "--data", dev, "--out", tmp_path / "ev")
+    assert rc == 0, err
+    rows = list(csv.reader((tmp_path / "ev" / "predictions.tsv").open(), delimiter="\t"))
+    assert [r[0] for r in rows[1:]] == [str(i) for i in range(n)]
+
+
+def test_max_length_beyond_the_positions(tiny, tmp_path, capsys, caplog):
+    """Training refuses it (as pretrain does); evaluate and predict clamp it with a warning (as embed does)."""
+    dev = fx("glue", "SST-2", "dev.tsv")
+    rc, _, err = cli(capsys, "finetune", "--task", "sst2", "--model", tiny, "--train", fx("glue", "SST-2", "train.tsv"),
+                     "--dev", dev, "--out", tmp_path / "x", *FAST, "--max-length", "600")
+    assert rc == 2 and err.strip() == "bertfam: error: max_length 600 exceeds the model's 128 positions " \
+                                      "(max_position_embeddings 128)"
+    assert not (tmp_path / "x").exists()
+    out = tmp_path / "sst2"
+    rc, _, err = cli(capsys, "finetune", "--task", "sst2", "--model", tiny, "--train", fx("glue", "SST-2", "train.tsv"),
+                     "--dev", dev, "--out", out, "--max-steps", "1", *FAST)
+    assert rc == 0, err
+    rc, so, _ = cli(capsys, "evaluate", "--model", out, "--data", dev)
+    ref = json.loads(so)["value"]  # the fine-tuned length, 64: every dev sentence fits either way
+    for cmd in (["evaluate", "--model", out, "--data", dev],
+                ["predict", "--model", out, "--data", fx("glue", "SST-2", "test.tsv"), "--out", tmp_path / "p"]):
+        caplog.clear()
+        rc, so, err = cli(capsys, *cmd, "--max-length", "600")
+        assert rc == 0, err
+        warned = [r.getMessage() for r in caplog.records if "positions" in r.getMessage()]
+        assert warned == ["max length 600 is more than the model's 128 positions; using 128"]
+    rc, so, _ = cli(capsys, "evaluate", "--model", out, "--data", dev, "--max-length", "600")
+    assert json.loads(so)["value"] == pytest.approx(ref)
+
+
 def test_training_learns_a_separable_task(tiny, tmp_path):
     """A statistical check that fitting works end to end: two keyword classes, chance is 50%."""
     from bertfam.finetune import finetune
@@ -154,9 +194,11 @@ def test_embed_cli_and_polysemy_api(tiny, tmp_path, capsys):
                     "--tokens")
     assert rc == 0
     cls, mean = np.load(tmp_path / "e.cls.npy"), np.load(tmp_path / "e.mean.npy")
-    assert cls.shape == (2, 2, 32) and mean.shape == (2, 2, 32)
+    assert cls.shape == (3, 2, 32) and mean.shape == (3, 2, 32)  # one row per line, the blank one included
     toks = [json.loads(l) for l in (tmp_path / "e.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [f["token"] for f in toks[0]["features"]] == ["[CLS]", "我", "爱", "北", "京", "[SEP]"]
+    assert [t["line_index"] for t in toks] == [0, 1, 2]
+    assert [f["token"] for f in toks[1]["features"]] == ["[CLS]", "[SEP]"]  # a blank line is the empty text
     assert len(toks[0]["features"][0]["layers"]) == 2
     # mean pooling is mask-aware: a text's vector does not depend on the batch's padding
     from bertfam.embed import cosine, embed_texts, word_vectors
@@ -171,6 +213,37 @@ def test_embed_cli_and_polysemy_api(tiny, tmp_path, capsys):
     assert cosine(a["contextual"], b["contextual"]) < 0.999
     rc, _, err = cli(capsys, "embed", "--model", tiny, "--input", inp, "--out", tmp_path / "x", "--layers", "9")
     assert rc == 2 and "out of range" in err
+
+
+def test_embed_rows_stay_aligned_with_lines(tiny, tmp_path, capsys, caplog):
+    """Blank line: the empty text's vectors; a line that is not UTF-8: reported as file:line and a row of NaN;
+    CRLF, a byte-order mark and a vertical tab inside a line do not shift the rows."""
+    from bertfam.embed import embed_texts
+
+    inp = tmp_path / "in.txt"
+    inp.write_bytes("\ufeff我爱北京\r\n\r\n".encode() + b"\xff\xfebad\n" + "天气\x0b很好\n".encode())
+    rc, _, err = cli(capsys, "embed", "--model", tiny, "--input", inp, "--out", tmp_path / "e", "--tokens")
+    assert rc == 0, err
+    cls, mean = np.load(tmp_path / "e.cls.npy"), np.load(tmp_path / "e.mean.npy")
+    assert cls.shape == mean.shape == (4, 1, 32)
+    ref = embed_texts(tiny, ["我爱北京", "", "天气\x0b很好"])
+    for got, want in ((cls, ref["cls"]), (mean, ref["mean"])):
+        np.testing.assert_allclose(got[[0, 1, 3]], want, atol=1e-5)
+        assert np.isnan(got[2]).all() and not np.isnan(got[[0, 1, 3]]).any()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"{inp}:3: not UTF-8 (invalid start byte at byte 0); written as a row of NaN"]
+    toks = [json.loads(l) for l in (tmp_path / "e.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [t["line_index"] for t in toks] == [0, 1, 2, 3] and toks[2] == {"line_index": 2, "features": [],
+                                                                           "error": "not UTF-8"}
+    pairs = tmp_path / "pairs.txt"  # in a file of pairs a blank line is the empty pair
+    pairs.write_text("我 ||| 北京\n\n", encoding="utf-8")
+    rc, _, err = cli(capsys, "embed", "--model", tiny, "--input", pairs, "--out", tmp_path / "p", "--pooling", "cls")
+    assert rc == 0, err
+    np.testing.assert_allclose(np.load(tmp_path / "p.cls.npy"), embed_texts(tiny, [("我", "北京"), ("", "")])["cls"],
+                               atol=1e-5)
+    inp.write_bytes(b"\xff\n\xfe\n")
+    rc, _, err = cli(capsys, "embed", "--model", tiny, "--input", inp, "--out", tmp_path / "z")
+    assert rc == 2 and "in.txt: no UTF-8 line (2 lines)" in err
 
 
 def test_bad_input_one_line_exit_2(tiny, tmp_path):
@@ -323,3 +396,47 @@ def test_long_ner_sentence_is_windowed_and_merged(tiny):
         cands = [(min(f["first"][j] - 1, f["length"] - 2 - f["first"][j]), k)
                  for k, f in enumerate(wins) if f["first"][j] >= 0]
         assert merged[0][j] == max(cands, key=lambda c: (c[0], -c[1]))[1]
+
+
+# ---------------------------------------------------------------------- checkpoint options
+def _bytes(path) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def _sst2(capsys, tiny, out, *extra):
+    return cli(capsys, "finetune", "--task", "sst2", "--model", tiny, "--train", fx("glue", "SST-2", "train.tsv"),
+               "--dev", fx("glue", "SST-2", "dev.tsv"), "--out", out, "--max-steps", "2", *FAST, *extra)
+
+
+def test_lean_and_final_only_checkpoints(tiny, tmp_path, capsys):
+    full, lean, final = tmp_path / "full", tmp_path / "lean", tmp_path / "final"
+    assert _sst2(capsys, tiny, full, "--save-every", "1", "--keep-last", "3")[0] == 0
+    assert _sst2(capsys, tiny, lean, "--save-every", "1", "--no-optimizer-state")[0] == 0
+    assert sorted(os.listdir(full / "checkpoints")) == ["step-1", "step-2"]
+    assert sorted(os.listdir(lean / "checkpoints")) == ["step-1", "step-2"]
+    assert _bytes(lean / "checkpoints" / "step-2") * 2 < _bytes(full / "checkpoints" / "step-2")
+    rc, _, err = _sst2(capsys, tiny, lean, "--resume")
+    assert rc == 2 and "without optimizer state" in err and "cannot be resumed" in err, err
+    rc, so, _ = _sst2(capsys, tiny, final, "--final-only")
+    assert rc == 0 and "sst2: dev accuracy" in so
+    assert not (final / "checkpoints").exists()
+    assert (final / "model.safetensors").is_file() and (final / "best" / "model.safetensors").is_file()
+    rc, _, err = _sst2(capsys, tiny, final, "--final-only", "--save-every", "1")
+    assert rc == 2 and "--final-only" in err
+
+
+def test_kbert_finetune_reports_injected_entities(tiny, tmp_path, capsys, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="bertfam.progress")
+    kg = ",".join(os.path.join(FIXTURES, "kbert", f) for f in ("medical.spo", "hownet.spo"))
+    rc, _, err = cli(capsys, "finetune", "--task", "medical_ner", "--model", tiny, "--kg", kg, "--train",
+                     os.path.join(FIXTURES, "kbert", "medical_ner.tsv"), "--dev-ratio", "0.34", "--out",
+                     tmp_path / "k", "--max-steps", "1", "--final-only", *FAST)
+    assert rc == 0, err
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("K-BERT ")]
+    assert [m.split(":")[0] for m in lines] == ["K-BERT train", "K-BERT dev"], lines
+    import re
+
+    n = [int(x) for x in re.findall(r"(\d+) (?:sentences|with|entities injected)", lines[0])]
+    assert n[0] == 2 and 1 <= n[1] <= n[0] and n[2] >= n[1], lines[0]

@@ -36,5 +36,7 @@ def test_mrc_vs_transformers_smoke(tmp_path):
                 assert s["all"]["n"] == 8 and 0 <= s["all"]["F1"] <= 100
             # thresholds are tuned on dev: never below declining everything there
             assert res[eng][rule]["dev"]["all"]["F1"] >= res["baseline"]["dev"]
+    assert all(0 <= res[e]["forced"][s] <= 100 for e in ("bertfam", "transformers") for s in ("dev", "demo"))
+    assert (tmp_path / "out" / "hf-model" / "config.json").exists()
     md = (tmp_path / "out" / "mrc_vs_transformers.md").read_text()
     assert md.count("| bertfam |") == 2 and md.count("| transformers |") == 1

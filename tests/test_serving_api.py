@@ -3,6 +3,7 @@ model, dynamic batching. Tiny random checkpoints, FastAPI's TestClient (in-proce
 import asyncio
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -70,7 +71,13 @@ def test_health_lists_models_endpoints_and_limits(client):
 
 
 def test_docs_and_openapi_describe_every_endpoint(client):
-    assert client.get("/docs").status_code == 200
+    r = client.get("/docs")
+    assert r.status_code == 200 and "text/html" in r.headers["content-type"]
+    # works offline: no CDN script or style (FastAPI's Swagger UI page loads both), only /openapi.json
+    assert not re.search(r"https?://", r.text) and "//cdn" not in r.text
+    assert "/openapi.json" in r.text
+    assert client.get("/redoc").status_code == 404  # its page would load from a CDN too
+    assert "/docs" not in client.get("/openapi.json").json()["paths"]
     paths = client.get("/openapi.json").json()["paths"]
     for ep in ("mrc", "classify", "ner", "embed", "fill-mask"):
         body = paths[f"/v1/{ep}"]["post"]["requestBody"]["content"]["application/json"]["schema"]

@@ -1,5 +1,6 @@
 """The shared trainer: learning, exact resume, accumulation, length grouping, best-model keeping."""
 import json
+import logging
 import os
 
 import pytest
@@ -185,3 +186,70 @@ def test_empty_data_and_bad_config(tmp_path, tiny_cfg):
         Trainer(_model(tiny_cfg), TrainConfig(out_dir=str(tmp_path)), [], _collate)
     with pytest.raises(bertfam.ConfigError):
         Trainer(_model(tiny_cfg), TrainConfig(out_dir=str(tmp_path), precision="fp8"), _data(), _collate)
+
+
+# ------------------------------------------------------------------ lean checkpoints
+def _dir_bytes(path) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def _run(out, tiny_cfg, **kw):
+    torch.manual_seed(0)
+    tc = TrainConfig(out_dir=str(out), max_steps=4, batch_size=8, progress=False, **kw)
+    Trainer(_model(tiny_cfg), tc, _data(), _collate, eval_fn=_acc(_data())).train()
+
+
+def test_checkpoints_without_optimizer_state_are_smaller_and_refuse_resume(tmp_path, tiny_cfg):
+    _run(tmp_path / "full", tiny_cfg, save_every=2, keep_last=0)
+    _run(tmp_path / "lean", tiny_cfg, save_every=2, keep_last=0, save_optimizer_state=False)
+    full, lean = tmp_path / "full" / "checkpoints", tmp_path / "lean" / "checkpoints"
+    assert sorted(os.listdir(full)) == sorted(os.listdir(lean)) == ["step-2", "step-4"]  # keep_last=0: all
+    # AdamW's two moments per weight: a full checkpoint is about three times a lean one
+    assert _dir_bytes(lean / "step-4") * 2 < _dir_bytes(full / "step-4")
+    state = torch.load(lean / "step-4" / "trainer_state.pt", weights_only=False)
+    assert "optimizer" not in state and state["trainer"]["step"] == 4
+    with pytest.raises(bertfam.CheckpointError, match="without optimizer state.*cannot be resumed"):
+        _train(tmp_path / "again", tiny_cfg, resume=str(tmp_path / "lean"))
+
+
+def test_no_checkpoints_writes_only_the_final_and_best_models(tmp_path, tiny_cfg):
+    _run(tmp_path, tiny_cfg, checkpoints=False, metric_for_best="accuracy")
+    assert not (tmp_path / "checkpoints").exists()
+    assert (tmp_path / "model.safetensors").exists() and (tmp_path / "best" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("kw", [dict(keep_last=-1), dict(checkpoints=False, save_every=2),
+                                dict(save_optimizer_state="no"), dict(log_every=0)])
+def test_checkpoint_options_are_validated(tmp_path, kw):
+    with pytest.raises(bertfam.ConfigError):
+        TrainConfig(out_dir=str(tmp_path), **kw).validate()
+
+
+# ------------------------------------------------------------------ console lines
+def test_console_lines_without_a_terminal(tmp_path, tiny_cfg, caplog):
+    """stderr is no tty under pytest: no tqdm bar, one INFO line per log_every steps and one per evaluation."""
+    caplog.set_level(logging.INFO, logger="bertfam.progress")
+    data = _data()
+    tc = TrainConfig(out_dir=str(tmp_path), max_steps=6, batch_size=8, log_every=2, progress=True,
+                     eval_every=3, save_final=False)
+    Trainer(_model(tiny_cfg), tc, data, _collate, eval_fn=_acc(data)).train()
+    lines = [r.getMessage() for r in caplog.records if r.name == "bertfam.progress" and r.levelno == logging.INFO]
+    steps = [m for m in lines if m.startswith("step ")]
+    assert [m.split(":")[0] for m in steps] == ["step 2/6", "step 4/6", "step 6/6"], lines
+    assert all(" loss " in m and " lr " in m and "tokens/s" in m for m in steps)
+    evals = [m for m in lines if m.startswith("eval ")]
+    assert [m.split(":")[0] for m in evals] == ["eval step 3", "eval step 6"] and "accuracy" in evals[0], lines
+
+
+def test_cli_shows_progress_lines_without_verbose(tmp_path):
+    """Without -v the CLI logs at WARNING; the progress logger alone stays at INFO so its lines show."""
+    from bertfam import cli
+
+    logger = logging.getLogger("bertfam.progress")
+    old = logger.level
+    try:
+        logger.setLevel(logging.NOTSET)
+        assert cli.main(["kbert", "show", "--kg", str(tmp_path / "none.spo"), "--tokenizer", str(tmp_path), "x"]) == 2
+        assert logger.level == logging.INFO
+    finally:
+        logger.setLevel(old)

@@ -113,3 +113,30 @@ def add_optimization_args(p, *, epochs: float, batch_size: int, lr: float) -> No
     p.add_argument("--seed", type=seed, default=42)
     p.add_argument("--save-every", type=non_negative_int, default=0,
                    help="optimizer steps between checkpoints (0: end only)")
+
+
+CHECKPOINT_FIELDS = ("keep_last", "save_optimizer_state", "checkpoints")
+
+
+def add_checkpoint_args(p, *, keep_last: int = 2) -> None:
+    """--keep-last --no-optimizer-state --final-only (TrainConfig fields of the same dest names).
+
+    A checkpoint with optimizer state is three times the model's size (AdamW keeps two moments per
+    weight), so a short fine-tune can leave several times its model on disk; these trade resuming for space."""
+    g = p.add_argument_group("checkpoints")
+    g.add_argument("--keep-last", type=non_negative_int, default=keep_last, metavar="N",
+                   help=f"checkpoints kept under OUT/checkpoints, oldest removed first (0: all; default {keep_last})")
+    g.add_argument("--no-optimizer-state", dest="save_optimizer_state", action="store_false",
+                   help="checkpoints hold the weights only (a third of the size); they cannot be resumed")
+    g.add_argument("--final-only", dest="checkpoints", action="store_false",
+                   help="write no OUT/checkpoints, only the final model (and OUT/best when dev selects one)")
+
+
+def checkpoint_options(args) -> dict:
+    """The checkpoint options the command has, as TrainConfig keyword arguments."""
+    from ..errors import ConfigError
+
+    opts = {k: getattr(args, k) for k in CHECKPOINT_FIELDS if getattr(args, k, None) is not None}
+    if opts.get("checkpoints") is False and getattr(args, "save_every", None):
+        raise ConfigError("--final-only writes no checkpoints: drop --save-every")
+    return opts

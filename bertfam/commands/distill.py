@@ -1,7 +1,8 @@
 """`bertfam distill`: TinyBERT general (--corpus) or task-specific (--task) distillation."""
 from __future__ import annotations
 
-from .common import non_negative_float, open_fraction, positive_float, positive_int, probability, seed
+from .common import (add_checkpoint_args, checkpoint_options, non_negative_float, open_fraction, positive_float,
+                     positive_int, probability, seed)
 
 
 def register(sub) -> None:
@@ -38,6 +39,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=seed, default=42)
     p.add_argument("--threads", type=positive_int, help="torch CPU threads")
     p.add_argument("--no-progress", action="store_true")
+    add_checkpoint_args(p)
     p.set_defaults(func=_distill)
 
 
@@ -76,7 +78,7 @@ def _distill(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     over = dict(batch_size=args.batch_size, lr=args.lr, max_steps=args.max_steps, log_every=args.log_every,
-                progress=not args.no_progress)
+                progress=not args.no_progress, **checkpoint_options(args))
     lm = _layer_map(args.layer_map)
     if args.corpus:
         over["epochs"] = args.epochs
@@ -100,6 +102,9 @@ def _distill(args) -> int:
                          epochs_prediction=args.epochs_prediction, temperature=args.temperature, layer_map=lm,
                          projection=args.projection, augmenter=aug, max_train=args.max_train,
                          max_dev=args.max_dev, train_overrides=over, seed=args.seed)
-    print(json.dumps({k: v for k, v in s.items() if k != "final_eval"}, ensure_ascii=False, default=float))
-    print(f"wrote {args.out}")
+    from ..training.distributed import is_main_process
+
+    if is_main_process():  # under torchrun every rank ends here
+        print(json.dumps({k: v for k, v in s.items() if k != "final_eval"}, ensure_ascii=False, default=float))
+        print(f"wrote {args.out}")
     return 0

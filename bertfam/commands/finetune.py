@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from .common import (add_optimization_args, float_range, int_range, non_negative_float, non_negative_int,
-                     open_fraction, positive_int)
+from .common import (add_checkpoint_args, add_optimization_args, checkpoint_options, float_range, int_range,
+                     non_negative_float, non_negative_int, open_fraction, positive_int)
 
 TASK_HELP = ("sst2, cola, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, tnews, iflytek, afqmc, ocnli, cmnli, "
              "csl, cluewsc, eprstmt, bustm, csldcp, cluener, msra, peoples_daily, resume, medical_ner, ner, "
@@ -13,7 +13,8 @@ TASK_HELP = ("sst2, cola, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, tnews
 
 def _train_args(p) -> None:
     add_optimization_args(p, epochs=3, batch_size=32, lr=5e-5)
-    p.add_argument("--max-length", type=int_range(4), default=128)  # the feature builder's minimum
+    p.add_argument("--max-length", type=int_range(4), default=128,  # 4: the feature builder's minimum
+                   help="tokens per example; more than the model's positions is an error (as in pretrain)")
     p.add_argument("--weight-decay", type=non_negative_float, default=0.01)
     p.add_argument("--layerwise-lr-decay", type=float_range(0, 1, lo_open=True), default=None,
                    help="e.g. 0.95 (lower layers learn slower)")
@@ -28,6 +29,7 @@ def _train_args(p) -> None:
     p.add_argument("--freeze-word-embeddings", action="store_true",
                    help="do not train the word-embedding matrix (fast with huge multilingual vocabularies)")
     p.add_argument("--no-progress", action="store_true")
+    add_checkpoint_args(p)
 
 
 def register(sub) -> None:
@@ -57,6 +59,9 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, help="write eval_results.json and predictions here")
     p.add_argument("--kg", default=None)
     p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--max-length", type=positive_int, default=None,
+                   help="default: the length the model was fine-tuned with; more than the model's positions is "
+                        "clamped to them with a warning (as in embed)")
     p.set_defaults(func=_evaluate)
 
     p = sub.add_parser("predict", help="predict a file; GLUE tasks write the submission TASK.tsv")
@@ -66,6 +71,9 @@ def register(sub) -> None:
     p.add_argument("--task", default=None)
     p.add_argument("--kg", default=None)
     p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--max-length", type=positive_int, default=None,
+                   help="default: the length the model was fine-tuned with; more than the model's positions is "
+                        "clamped to them with a warning (as in embed)")
     p.set_defaults(func=_predict)
 
     p = sub.add_parser("glue", help="fine-tune + evaluate every GLUE task found in a directory")
@@ -78,13 +86,17 @@ def register(sub) -> None:
 
     p = sub.add_parser("embed", help="token and sentence vectors (CLS, mean; chosen layers) to .npy / JSONL")
     p.add_argument("--model", required=True)
-    p.add_argument("--input", required=True, help="text file, one input per line ('a ||| b' for a pair)")
+    p.add_argument("--input", required=True,
+                   help="text file, one input per line ('a ||| b' for a pair). Row i of the outputs is line i: a "
+                        "blank line gives the empty text's vectors ([CLS] [SEP]), a line that is not UTF-8 a row "
+                        "of NaN (each reported as FILE:LINE)")
     p.add_argument("--out", required=True, help="output prefix: PREFIX.cls.npy, PREFIX.mean.npy, PREFIX.jsonl")
     p.add_argument("--layers", default="-1",
                    help="comma-separated layer indices, 0 = embeddings, -1 = last (write --layers=-1,-2)")
     p.add_argument("--pooling", default="cls,mean", help="cls and/or mean")
     p.add_argument("--tokens", action="store_true", help="also write per-token vectors to PREFIX.jsonl")
-    p.add_argument("--max-length", type=positive_int, default=128)
+    p.add_argument("--max-length", type=positive_int, default=128,
+                   help="more than the model's positions is clamped to them with a warning")
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.set_defaults(func=_embed)
 
@@ -96,6 +108,7 @@ def _csv(s):
 def _options(args):
     from ..finetune import FinetuneOptions
 
+    ck = checkpoint_options(args)
     return FinetuneOptions(
         epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, max_length=args.max_length,
         warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, layerwise_lr_decay=args.layerwise_lr_decay,
@@ -103,7 +116,8 @@ def _options(args):
         group_by_length=not args.no_group_by_length, seed=args.seed, max_train=args.max_train,
         dev_ratio=args.dev_ratio, precision=args.precision, max_steps=args.max_steps, progress=not args.no_progress,
         save_every=args.save_every, freeze_word_embeddings=args.freeze_word_embeddings,
-        kg=_csv(getattr(args, "kg", None)), resume=getattr(args, "resume", False))
+        kg=_csv(getattr(args, "kg", None)), resume=getattr(args, "resume", False),
+        save_checkpoints=ck["checkpoints"], keep_last=ck["keep_last"], save_optimizer_state=ck["save_optimizer_state"])
 
 
 def _task(args):
@@ -128,17 +142,20 @@ def _print_result(r: dict) -> None:
 
 def _finetune(args) -> int:
     from ..finetune import finetune
+    from ..training.distributed import is_main_process
 
     r = finetune(_task(args), args.model, args.train, args.dev, args.out, _options(args))
-    _print_result(r)
-    print(f"{r['task']}: dev {r['metric']} = {r['value']:.2f} ({r['n_dev']} examples); model in {args.out}")
+    if is_main_process():  # under torchrun every rank gets here with the same result
+        _print_result(r)
+        print(f"{r['task']}: dev {r['metric']} = {r['value']:.2f} ({r['n_dev']} examples); model in {args.out}")
     return 0
 
 
 def _evaluate(args) -> int:
     from ..finetune import evaluate
 
-    r = evaluate(args.model, args.data, args.task, args.out, _csv(args.kg), batch_size=args.batch_size)
+    r = evaluate(args.model, args.data, args.task, args.out, _csv(args.kg), max_length=args.max_length,
+                 batch_size=args.batch_size)
     _print_result(r)
     return 0
 
@@ -146,7 +163,8 @@ def _evaluate(args) -> int:
 def _predict(args) -> int:
     from ..finetune import predict
 
-    path = predict(args.model, args.data, args.out, args.task, _csv(args.kg), batch_size=args.batch_size)
+    path = predict(args.model, args.data, args.out, args.task, _csv(args.kg), max_length=args.max_length,
+                   batch_size=args.batch_size)
     print(f"wrote {path}")
     return 0
 
@@ -154,8 +172,11 @@ def _predict(args) -> int:
 def _glue(args) -> int:
     from ..finetune import run_glue
 
+    from ..training.distributed import is_main_process
+
     table = run_glue(args.model, args.data, args.out, _options(args), tasks=_csv(args.tasks))
-    print(table)
+    if is_main_process():
+        print(table)
     return 0
 
 

@@ -5,7 +5,8 @@ import json
 import os
 import sys
 
-from .common import add_optimization_args, check_window, float_range, non_negative_int, positive_int
+from .common import (add_checkpoint_args, add_optimization_args, check_window, checkpoint_options, float_range,
+                     non_negative_int, positive_int)
 
 
 def register(sub) -> None:
@@ -31,6 +32,7 @@ def register(sub) -> None:
     t.add_argument("--limit", type=positive_int, default=None, help="use only the first N training questions")
     t.add_argument("--resume", default=None, metavar="RUN_OR_CHECKPOINT",
                    help="continue an interrupted run (its OUT directory or one checkpoint) with the same options")
+    add_checkpoint_args(t, keep_last=1)
     _window_args(t)
     t.set_defaults(func=_train)
 
@@ -146,12 +148,15 @@ def _train(args) -> int:
     by_src = {}
     for ex in train:
         by_src[ex.source] = by_src.get(ex.source, 0) + 1
-    print("training questions per source: " + ", ".join(f"{k}: {v}" for k, v in by_src.items())
-          + f"; dev questions: {len(dev)}", file=sys.stderr)
+    from ..training.distributed import is_main_process
+
+    if is_main_process():  # every torchrun rank reads the same files
+        print("training questions per source: " + ", ".join(f"{k}: {v}" for k, v in by_src.items())
+              + f"; dev questions: {len(dev)}", file=sys.stderr)
     model = load_span_model(args.model, args.vocab, seed=args.seed)
     tc = dict(epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size, grad_accum=args.grad_accum,
               lr=args.lr, warmup_ratio=args.warmup_ratio, seed=args.seed, log_every=args.log_every,
-              save_every=args.save_every, keep_last=1,
+              save_every=args.save_every, **checkpoint_options(args),
               group_by_length=True, progress=sys.stderr.isatty())
     summary = train_mrc(model, train, args.out, dev, max_length=args.max_length or 384,
                         doc_stride=args.doc_stride if args.doc_stride is not None else 128,
@@ -163,7 +168,8 @@ def _train(args) -> int:
 
     atomic_write_text(os.path.join(args.out, "mrc_train_summary.json"),
                       json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n")
-    print(json.dumps({k: v for k, v in summary.items() if k != "sources"}, ensure_ascii=False, default=str))
+    if is_main_process():
+        print(json.dumps({k: v for k, v in summary.items() if k != "sources"}, ensure_ascii=False, default=str))
     return 0
 
 

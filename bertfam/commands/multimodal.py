@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from .common import (check_window, float_range, non_negative_int, open_fraction, positive_float, positive_int,
-                     probability, seed)
+from .common import (add_checkpoint_args, check_window, checkpoint_options, float_range, non_negative_int,
+                     open_fraction, positive_float, positive_int, probability, seed)
 
 
 def _train_args(p) -> None:
@@ -26,6 +26,7 @@ def _train_args(p) -> None:
         p.add_argument(f"--{name}", type=typ, default=None)
     p.add_argument("--no-progress", dest="progress", action="store_false", default=True)
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
+    add_checkpoint_args(p, keep_last=1)
     g = p.add_argument_group("speech front end (WAV files are resampled to --sample-rate)")
     g.add_argument("--sample-rate", type=positive_int, default=16000)
     g.add_argument("--n-mels", type=positive_int, default=40)
@@ -92,7 +93,7 @@ def _common(args) -> dict:
 
     train = {"epochs": args.epochs, "max_steps": args.max_steps, "batch_size": args.batch_size, "lr": args.lr,
              "warmup_ratio": args.warmup_ratio, "log_every": args.log_every, "eval_every": args.eval_every,
-             "save_every": args.save_every, "progress": args.progress, "seed": args.seed}
+             "save_every": args.save_every, "progress": args.progress, "seed": args.seed, **checkpoint_options(args)}
     audio = AudioConfig(sample_rate=args.sample_rate, n_mels=args.n_mels, stack=args.stack, max_frames=args.max_frames)
     kw = dict(vocab=args.vocab, config=args.config, init=args.init, manifest=args.manifest,
               eval_fraction=args.eval_fraction, seed=args.seed, audio=audio, train=train, resume=args.resume)
@@ -102,6 +103,10 @@ def _common(args) -> dict:
 
 
 def _report(summary: dict) -> int:
+    from ..training.distributed import is_main_process
+
+    if not is_main_process():  # under torchrun every rank ends here
+        return 0
     print(json.dumps({k: v for k, v in summary.items() if k in ("steps", "epochs", "elapsed_s", "final_eval")},
                      indent=2))
     return 0
@@ -168,7 +173,8 @@ def pretrain_from_generic_args(args) -> int:
     _threads(args)
     train = {"epochs": g("epochs"), "max_steps": g("max_steps"), "batch_size": g("batch_size"), "lr": g("lr"),
              "warmup_ratio": g("warmup_ratio"), "log_every": g("log_every"), "eval_every": g("eval_every"),
-             "save_every": g("save_every"), "progress": g("progress", True), "seed": g("seed")}
+             "save_every": g("save_every"), "progress": g("progress", True), "seed": g("seed"),
+             **checkpoint_options(args)}  # whichever checkpoint options `bertfam pretrain` has
     kw = {"max_length": g("max_seq_len")} if g("max_seq_len") else {}
     return _report(pretrain(g("modality"), g("features"), g("out"), vocab=g("vocab"),
                             config=g("model_config") or "bert-tiny", init=g("init"), codebook=g("codebook"),

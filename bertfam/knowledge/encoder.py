@@ -51,7 +51,8 @@ class KBertEncoder:
         self.kg = kg
         self.max_length = max_length
         self._entity_ids: dict[str, list] = {}
-        self.stats = {"sentences": 0, "injected_entities": 0, "dropped_entities": 0, "truncated": 0}
+        self.stats = {"sentences": 0, "sentences_with_entities": 0, "injected_entities": 0, "dropped_entities": 0,
+                      "truncated": 0}
         self._warned_long = False
 
     # ------------------------------------------------------------ public
@@ -62,8 +63,10 @@ class KBertEncoder:
         if text_pair is not None:
             segs.append(self._words(text_pair))
         self._truncate(segs)
+        before = self.stats["injected_entities"]
         self._inject(segs)
         self.stats["sentences"] += 1
+        self.stats["sentences_with_entities"] += self.stats["injected_entities"] > before
         return self._flatten(segs)
 
     def collate(self, encodings: Sequence[dict]) -> dict:

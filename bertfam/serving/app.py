@@ -212,13 +212,20 @@ async def _send(send, response, scope, receive):
 
 
 # ------------------------------------------------------------------ the app
+def _static_page(name: str) -> HTMLResponse:
+    with open(os.path.join(STATIC, name), encoding="utf-8") as f:
+        return HTMLResponse(f.read())
+
+
 def create_app(service: Service) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app):
         yield
         await service.close()
 
-    app = FastAPI(title="bertfam", version="0.1.0", lifespan=lifespan,
+    # FastAPI's /docs and /redoc load their scripts from a CDN and show a blank page offline: /docs is
+    # served below from static/docs.html, which reads /openapi.json and needs nothing else.
+    app = FastAPI(title="bertfam", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="BERT-family models over HTTP: reading comprehension, classification, NER, "
                               "embeddings, fill-mask. Errors: `{error, field}` with a 4xx status for bad input.")
     app.state.service = service
@@ -241,8 +248,11 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index():
-        with open(os.path.join(STATIC, "index.html"), encoding="utf-8") as f:
-            return HTMLResponse(f.read())
+        return _static_page("index.html")
+
+    @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
+    async def docs():
+        return _static_page("docs.html")
 
     @app.get("/health", summary="service status: loaded models, endpoints, limits, batching statistics")
     async def health():

@@ -11,6 +11,14 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def is_main_process() -> bool:
+    """Rank 0, or a run without torchrun. Read from torchrun's RANK so it holds before and after the
+    process group exists (a command's summary is printed after the trainer is gone)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank() == 0
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def init_if_needed() -> tuple[int, int]:
     """(rank, world). Initialises the default process group when launched by torchrun."""
     world = world_size()

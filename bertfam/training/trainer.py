@@ -10,6 +10,7 @@ import math
 import os
 import random
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Optional, Sequence
@@ -23,6 +24,9 @@ from .optim import linear_schedule, param_groups
 from .sampling import BatchPlan
 
 log = logging.getLogger("bertfam")
+# Progress and evaluation lines: a child of "bertfam" that the CLI shows at INFO even without -v, so a run
+# without a terminal (no tqdm bar) still reports on the console.
+console = logging.getLogger("bertfam.progress")
 STATE_FILE = "trainer_state.pt"
 
 
@@ -41,7 +45,9 @@ class TrainConfig:
     precision: str = "auto"  # auto | fp32 | bf16 | fp16 (auto: bf16 on a GPU that has it, else fp32)
     seed: int = 42
     save_every: int = 0  # optimizer steps between checkpoints (0: only at the end)
-    keep_last: int = 2
+    keep_last: int = 2  # checkpoints kept under out_dir/checkpoints, oldest removed first (0: all)
+    save_optimizer_state: bool = True  # False: lean checkpoints (weights only), which cannot be resumed
+    checkpoints: bool = True  # False: no out_dir/checkpoints at all, only the final model (and best/)
     log_every: int = 10
     eval_every: int = 0  # optimizer steps between evaluations (0: end of each epoch only)
     layerwise_lr_decay: Optional[float] = None
@@ -60,6 +66,13 @@ class TrainConfig:
             raise ConfigError(f"precision {self.precision!r} not in auto/fp32/bf16/fp16")
         if self.max_steps is None and not self.epochs > 0:
             raise ConfigError("give epochs > 0 or max_steps")
+        if self.keep_last < 0 or self.save_every < 0 or self.log_every < 1:
+            raise ConfigError("keep_last and save_every must be >= 0, log_every >= 1")
+        for name in ("save_optimizer_state", "checkpoints"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.save_every and not self.checkpoints:
+            raise ConfigError("save_every asks for checkpoints, which checkpoints=False (--final-only) turns off")
 
 
 def _rng_state() -> dict:
@@ -94,6 +107,10 @@ class TrainerCallback:
 
     def on_checkpoint(self, trainer: "Trainer", path: str) -> None:
         """After checkpoint `path` is complete on disk (main process only)."""
+
+    def on_train_begin(self, trainer: "Trainer") -> None:
+        """Before the first step (after a resume), every process; not called when a resumed run is already
+        complete, so a callback that writes run files leaves a finished run as it was."""
 
 
 def count_tokens(batch: dict) -> int:
@@ -166,9 +183,7 @@ class Trainer:
         tmp = os.path.join(root, f".step-{self.state['step']}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         self.model.save_pretrained(tmp, tokenizer=self.tokenizer)
-        torch.save({"trainer": dict(self.state), "optimizer": self.optim.state_dict(),
-                    "scheduler": self.sched.state_dict(), "scaler": self.scaler.state_dict(),
-                    "rng": _rng_state(), "train_config": asdict(self.cfg)}, os.path.join(tmp, STATE_FILE))
+        torch.save(self._state_dict(), os.path.join(tmp, STATE_FILE))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)  # the checkpoint appears complete or not at all
         kept = sorted(list_checkpoints(root), key=lambda p: int(p.rsplit("-", 1)[1]))
@@ -178,6 +193,14 @@ class Trainer:
             cb.on_checkpoint(self, final)
         return final
 
+    def _state_dict(self) -> dict:
+        """What a checkpoint records; the optimizer moments alone are twice the weights' size."""
+        st = {"trainer": dict(self.state), "train_config": asdict(self.cfg)}
+        if self.cfg.save_optimizer_state:
+            st.update(optimizer=self.optim.state_dict(), scheduler=self.sched.state_dict(),
+                      scaler=self.scaler.state_dict(), rng=_rng_state())
+        return st
+
     def _resume(self, path: str) -> None:
         ckpt = latest_checkpoint(path)
         sf = os.path.join(ckpt, STATE_FILE)
@@ -185,6 +208,10 @@ class Trainer:
             st = torch.load(sf, map_location="cpu", weights_only=False)
         except Exception as e:
             raise CheckpointError(f"{sf}: cannot read trainer state ({str(e).splitlines()[0]})") from None
+        if "optimizer" not in st:  # continuing with fresh moments and RNG would silently differ from the run
+            raise CheckpointError(f"{ckpt}: saved without optimizer state (save_optimizer_state=False, "
+                                  "--no-optimizer-state), so it cannot be resumed exactly; start a new run "
+                                  "from its weights instead")
         from ..convert.hf import read_weights
 
         sd, _ = read_weights(ckpt)
@@ -236,6 +263,8 @@ class Trainer:
         self._last_eval_step = self.state["step"]
         rec = {"step": self.state["step"], "epoch": self.state["epoch"], **{f"eval_{k}": v for k, v in metrics.items()}}
         self._log(rec)
+        if self.is_main:
+            console.info("eval step %d: %s", rec["step"], _fmt_metrics(metrics))
         key = self.cfg.metric_for_best
         if key is not None:
             if key not in metrics:
@@ -254,6 +283,11 @@ class Trainer:
         p = self.cfg.early_stopping_patience
         return p is not None and self.state["bad_evals"] >= p
 
+    def _finished(self) -> bool:
+        """The run has reached its end: the last step (or epoch), or an early stop."""
+        return (self.state["step"] >= self.total_steps or self.state["epoch"] >= self.n_epochs
+                or self._should_stop_early())
+
     # ------------------------------------------------------------------ loop
     def _autocast(self):
         if self.amp_dtype is None:
@@ -267,13 +301,17 @@ class Trainer:
         self._setup()
         if resume_from:
             self._resume(resume_from)
+            if self._finished():  # training on would add a step past the end and rotate a checkpoint out
+                log.info("%s: already complete at step %d of %d; nothing to do", resume_from, self.state["step"],
+                         self.total_steps)
+                return {"steps": self.state["step"], "total_steps": self.total_steps, "epochs": self.state["epoch"],
+                        "best": self.state["best"], "elapsed_s": 0.0, "tokens_per_s": 0.0, "history": [],
+                        "already_complete": True}
+        for cb in self.callbacks:
+            cb.on_train_begin(self)
         cfg = self.cfg
         self.model.train()
-        bar = None
-        if cfg.progress and self.is_main:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=self.total_steps, initial=self.state["step"], desc="train", dynamic_ncols=True)
+        bar = self._progress_bar()
         window: dict[str, list] = {}
         t0, tok0, stop = time.perf_counter(), self.state["tokens"], False
         while self.state["epoch"] < self.n_epochs and not stop:
@@ -291,15 +329,14 @@ class Trainer:
                     rec = {"step": step, "epoch": self.state["epoch"], "lr": self.sched.get_last_lr()[0],
                            "tokens_per_s": round(tps, 1), **{k: float(np.mean(v)) for k, v in window.items()}}
                     self._log(rec)
-                    if bar is not None:
-                        bar.set_postfix(loss=f"{rec['loss']:.4f}", lr=f"{rec['lr']:.2e}", tok_s=f"{tps:.0f}")
+                    self._show(bar, rec)
                     window = {}
                 if bar is not None:
                     bar.update(1)
                 if cfg.eval_every and step % cfg.eval_every == 0:
                     self.evaluate()
                     stop = self._should_stop_early()
-                if cfg.save_every and step % cfg.save_every == 0:
+                if cfg.save_every and step % cfg.save_every == 0:  # validate: save_every implies checkpoints
                     self.save_checkpoint()
                 for cb in self.callbacks:
                     cb.on_step_end(self)
@@ -317,7 +354,8 @@ class Trainer:
         if self.eval_fn is not None and self._last_eval_step != self.state["step"]:
             self.evaluate()  # the run ended between evaluations (max_steps / early end)
         if cfg.save_final:
-            self.save_checkpoint()
+            if cfg.checkpoints:
+                self.save_checkpoint()
             if self.is_main:
                 self.model.save_pretrained(cfg.out_dir, tokenizer=self.tokenizer)
         D.barrier()
@@ -325,6 +363,22 @@ class Trainer:
         return {"steps": self.state["step"], "epochs": self.state["epoch"], "best": self.state["best"],
                 "elapsed_s": elapsed, "tokens_per_s": (self.state["tokens"] - tok0) * self.world / max(elapsed, 1e-9),
                 "history": self.history}
+
+    def _progress_bar(self):
+        """A tqdm bar on a terminal only: redirected to a file it would write a carriage-return mess."""
+        if not (self.cfg.progress and self.is_main and sys.stderr.isatty()):
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=self.total_steps, initial=self.state["step"], desc="train", dynamic_ncols=True)
+
+    def _show(self, bar, rec: dict) -> None:
+        """The bar's postfix on a terminal, else one console line per log_every steps (main process)."""
+        if bar is not None:
+            bar.set_postfix(loss=f"{rec['loss']:.4f}", lr=f"{rec['lr']:.2e}", tok_s=f"{rec['tokens_per_s']:.0f}")
+        elif self.is_main:
+            console.info("step %d/%d: loss %.4f, lr %.2e, %.0f tokens/s", rec["step"], self.total_steps,
+                         rec["loss"], rec["lr"], rec["tokens_per_s"])
 
     def _micro_batches(self, batches: list) -> list:
         """The next grad_accum batches of this epoch (fewer at the epoch's end); advances the data position."""
@@ -360,6 +414,10 @@ class Trainer:
         self.optim.zero_grad(set_to_none=True)
         self.state["step"] += 1
         return total_loss, n_tok, extras
+
+
+def _fmt_metrics(metrics: dict) -> str:
+    return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
 
 
 def list_checkpoints(root: str) -> list[str]:
