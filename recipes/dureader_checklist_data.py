@@ -2,11 +2,12 @@
 + title -> span or no answer), from ../shared/data.
 
 Writes to --out (SQuAD layout, readable by `bertfam mrc train/evaluate`):
-- dev_checklist_like.json: DuReader 2.0 search DEV questions (the checklist's domain): the answer paragraph
-  (answerable) and, as unanswerable, same-search paragraphs the annotators did not select (see
-  bertfam/data/dureader2.py) and the most similar paragraph of another question; about 52 % unanswerable
-  like the checklist's dev set. Thresholds and decoding are tuned on this file.
-- train.json: DuReader 2.0 search TRAIN (answer paragraph + same-search negatives), DuReader-robust (all
+- dev_checklist_like.json: DuReader 2.0 search DEV questions (the checklist's domain): the answer paragraphs
+  (answerable) and, as unanswerable, the answer paragraph with its answer sentences removed and the most
+  similar answer paragraph of another question; about 52 % unanswerable like the checklist's dev set.
+  Thresholds and decoding are tuned on this file (with the checklist demo's tuning half).
+- train.json: DuReader 2.0 search TRAIN (answer paragraphs + answer-removed negatives; the noisy same-search
+  negatives with --same-search-negatives), DuReader-robust (all
   answerable, search domain) with hard negatives (a similar passage of another question, the passage with
   its answer sentence removed), and a CMRC2018 sample with the same negatives. The DuReader-checklist demo
   (100 questions) is never used: it is the second held-out set.
@@ -64,6 +65,10 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=400, help="passages cropped to this many characters")
     ap.add_argument("--seed", type=int, default=15)
     ap.add_argument("--repeat-in-domain", type=int, default=4, help="DuReader 2.0 train examples repeated")
+    ap.add_argument("--same-search-negatives", action="store_true",
+                    help="train on DuReader 2.0 same-search paragraphs as unanswerable (noisy: see dev)")
+    ap.add_argument("--same-search-dev", action="store_true",
+                    help="dev negatives: same-search paragraphs + similar passages (the first, noisier dev file)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     os.makedirs(args.out, exist_ok=True)
@@ -73,13 +78,24 @@ def main() -> int:
                                       max_answer_overlap=0.2, other_selected_min_f1=0.7)
     print(rep.summary())
     dev_pos = [e for e in dev_pos_neg if not e.is_impossible]
-    same_search = [e for e in dev_pos_neg if e.is_impossible]
-    rng.shuffle(same_search)
     n_neg = round(len(dev_pos) * 591 / 539)  # the hidden checklist dev: 591 of 1,130 unanswerable
-    # pool for similar passages: every dev answer paragraph (other questions' topics from the same domain)
-    sim = similar_passage_negatives(dev_pos, seed=args.seed)
-    rng.shuffle(sim)
-    dev = dev_pos + same_search[:n_neg // 2] + sim[:n_neg - min(len(same_search), n_neg // 2)]
+    # Unanswerable: the answer paragraph without its answer sentences, and the most similar paragraph of
+    # another question. Not the same-search paragraphs: measured, neither model told them from the answer
+    # paragraphs (AUC 0.52-0.59, vs 0.67-0.76 for the similar passages and 0.77-0.84 on the real checklist
+    # demo): many of them do answer the question, the annotators just did not pick their document.
+    if args.same_search_dev:  # the first dev file (stage 6 was trained with it beside; kept to rebuild it)
+        same_search = [e for e in dev_pos_neg if e.is_impossible]
+        rng.shuffle(same_search)
+        sim = similar_passage_negatives(dev_pos, seed=args.seed)
+        rng.shuffle(sim)
+        dev = dev_pos + same_search[:n_neg // 2] + sim[:n_neg - min(len(same_search), n_neg // 2)]
+    else:
+        cut = [n for n in (answer_removed_negative(e) for e in dev_pos) if n is not None]
+        sim = similar_passage_negatives(dev_pos, seed=args.seed)
+        rng.shuffle(cut)
+        rng.shuffle(sim)
+        n_cut = min(len(cut), n_neg // 2)
+        dev = dev_pos + cut[:n_cut] + sim[:n_neg - n_cut]
     write_squad(dev, os.path.join(args.out, "dev_checklist_like.json"))
 
     # ---- train
@@ -88,6 +104,9 @@ def main() -> int:
                              max_answer_overlap=0.2, other_selected_min_f1=0.7)
     print(rep.summary())
     # the only in-domain examples with DuReader's long answers: repeated (answerable x repeat, negatives x2)
+    if not args.same_search_negatives:
+        tr = [e for e in tr if not e.is_impossible]
+        tr += [n for n in (answer_removed_negative(e) for e in tr) if n is not None]
     for k in range(args.repeat_in_domain):  # each copy with its own id (readers skip duplicate ids)
         train += [dataclasses.replace(e, qid=f"{e.qid}#{k}") for e in tr
                   if not e.is_impossible or k < max(1, args.repeat_in_domain // 2)]

@@ -7,7 +7,7 @@ pass per set; every setting is decoded from it.
 
 Usage: python recipes/mrc_checklist_eval.py MODEL_DIR [MODEL_DIR ...] --dev runs/mrc-data/dev_checklist_like.json
        [--demo ../shared/data/mrc/dureader_checklist/demo.json] [--save OUT_DIR] [--json OUT.json]
-       [--max-length 384] [--lengths 32,48,64,96,128] [--no-tune]
+       [--max-length 384] [--lengths 32,48,64,96,128] [--no-tune] [--tune-demo-half]
 """
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ from bertfam.evaluation.dureader import NO_ANSWER, Reference, evaluate  # noqa: 
 from bertfam.tasks.mrc import decode, load_predictor, save_thresholds, tune_on_raw  # noqa: E402
 
 DEMO = os.path.join(ROOT, "..", "shared", "data", "mrc", "dureader_checklist", "demo.json")
+# the 50 demo questions the stage-5 model was trained on (split by passage, seed 0: checklist_tuning_mix.py)
+TUNING_HALF = os.path.join(ROOT, "recipes", "checklist_demo_tuning_half.txt")
 
 
 def items_of(examples) -> list[dict]:
@@ -70,6 +72,9 @@ def main() -> int:
     ap.add_argument("--doc-stride", type=int, default=None)
     ap.add_argument("--lengths", default="32,48,64,96,128", help="max answer lengths (tokens) tried on dev")
     ap.add_argument("--no-tune", action="store_true", help="score with the model's saved settings")
+    ap.add_argument("--tune-demo-half", action="store_true",
+                    help=f"tune on dev + the demo questions listed in {os.path.basename(TUNING_HALF)}; score the "
+                         "demo's other half as held out")
     ap.add_argument("--save", default=None, help="write the (single) model with the tuned settings here")
     ap.add_argument("--json", default=None)
     ap.add_argument("--threads", type=int, default=2)
@@ -82,7 +87,16 @@ def main() -> int:
         print(rep.summary(), file=sys.stderr)
         sets[name] = (exs, pred.window_scores(items_of(exs)))
     report = {"models": args.models, "max_length": pred.max_length, "settings": []}
-    dev_ex, dev_ws = sets["dev"]
+    if args.tune_demo_half:
+        # the demo's tuning half joins dev for tuning; its other half is the held-out set
+        half = set(open(TUNING_HALF, encoding="utf-8").read().split())
+        exs, ws = sets.pop("demo")
+        for name, keep in (("demo_tuning_half", True), ("demo_held_out_half", False)):
+            idx = [i for i, e in enumerate(exs) if (e.qid in half) == keep]
+            sets[name] = ([exs[i] for i in idx], [ws[i] for i in idx])
+        sets["dev+demo_tuning_half"] = (sets["dev"][0] + sets["demo_tuning_half"][0],
+                                        sets["dev"][1] + sets["demo_tuning_half"][1])
+    dev_ex, dev_ws = sets["dev+demo_tuning_half" if args.tune_demo_half else "dev"]
     if args.no_tune:
         chosen = {"max_answer_length": pred.max_answer_length, "rule": "saved",
                   "null_threshold": pred.null_threshold, "answerable_threshold": pred.answerable_threshold}
@@ -116,7 +130,7 @@ def main() -> int:
     # a model continued from one that saw half of the demo (head.extra.demo_seen_qids) is scored on the
     # other half apart: only that half is held out for it
     seen = set(pred.models[0].config.head.extra.get("demo_seen_qids", []))
-    if seen:
+    if seen and "demo" in sets:
         exs, ws = sets["demo"]
         keep = [i for i, e in enumerate(exs) if e.qid not in seen]
         sub = [exs[i] for i in keep]
@@ -134,11 +148,16 @@ def main() -> int:
             shutil.copytree(args.models[0], args.save, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("checkpoints", "best", "*.jsonl"))
         m = pred.models[0]
+        if args.tune_demo_half:  # `bertfam demo` then scores the held-out half apart
+            import dataclasses
+            seen = sorted(set(m.config.head.extra.get("demo_seen_qids", [])) | half)
+            m.config.head = dataclasses.replace(m.config.head, extra=dict(m.config.head.extra, demo_seen_qids=seen))
         save_thresholds(m, args.save, {"null_threshold": chosen["null_threshold"],
                                        "answerable_threshold": chosen["answerable_threshold"],
                                        "dev_f1": report["dev"]["all"]["F1"],
                                        "max_answer_length": chosen["max_answer_length"]},
-                        tuned_on=os.path.basename(args.dev))
+                        tuned_on=os.path.basename(args.dev) + (" + checklist demo tuning half"
+                                                               if args.tune_demo_half else ""))
     return 0
 
 
