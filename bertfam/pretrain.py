@@ -65,6 +65,8 @@ class PretrainConfig:
     seed: int = 42
     save_every: int = 0
     keep_last: int = 2
+    save_optimizer_state: bool = True  # False: lean checkpoints that cannot be resumed
+    checkpoints: bool = True  # False: the final model only
     log_every: int = 10
     eval_every: int = 0
     progress: bool = True
@@ -221,6 +223,7 @@ def run_pretraining(pc: PretrainConfig, callbacks: Sequence["TrainerCallback"] =
                      weight_decay=pc.weight_decay, warmup_ratio=pc.warmup_ratio, warmup_steps=pc.warmup_steps,
                      grad_accum=pc.grad_accum, max_grad_norm=pc.max_grad_norm, precision=pc.precision, seed=pc.seed,
                      save_every=pc.save_every, keep_last=pc.keep_last, log_every=pc.log_every,
+                     save_optimizer_state=pc.save_optimizer_state, checkpoints=pc.checkpoints,
                      eval_every=pc.eval_every, progress=pc.progress)
     eval_fn = make_eval_fn(held, collate, pc.batch_size) if held is not None else None
     trainer = Trainer(model, tc, train, collate, eval_fn=eval_fn, lengths=lengths, step_metrics_fn=step_metrics,

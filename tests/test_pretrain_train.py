@@ -121,6 +121,26 @@ def test_resuming_a_finished_run_changes_nothing(tiny, tmp_path, capsys):
     assert after.keys() == before.keys() and all(after[k] == before[k] for k in before)  # no step-4, no rotation
 
 
+def test_lean_checkpoint_options(tiny, tmp_path, capsys):
+    lean = tmp_path / "lean"
+    rc, _, err = cli(capsys, *_args(tiny, lean, "--objective", "roberta", "--max-steps", "2", "--save-every", "1",
+                                    "--no-optimizer-state"))
+    assert rc == 0, err
+    full = tmp_path / "full"
+    rc, _, err = cli(capsys, *_args(tiny, full, "--objective", "roberta", "--max-steps", "2", "--save-every", "1"))
+    assert rc == 0, err
+
+    def size(d):
+        return sum(p.stat().st_size for p in (d / "checkpoints").rglob("*") if p.is_file())
+    assert 0 < size(lean) < size(full) / 2  # no AdamW moments
+    rc, _, err = cli(capsys, "pretrain", "--resume", lean, "--max-steps", "3", "--no-progress", "--threads", "1")
+    assert rc == 2 and "optimizer state" in err  # a lean checkpoint cannot be resumed exactly
+    only = tmp_path / "only"
+    rc, _, err = cli(capsys, *_args(tiny, only, "--objective", "roberta", "--max-steps", "2", "--final-only"))
+    assert rc == 0, err
+    assert (only / "model.safetensors").exists() and not (only / "checkpoints").exists()
+
+
 def test_torchrun_two_ranks_identical_weights(tiny, tmp_path):
     out, sums = tmp_path / "ddp", tmp_path / "sums"
     cfg = {"model_config": str(tiny / "model.json"), "vocab": str(tiny / "vocab.txt"), "corpus": [CORPUS],

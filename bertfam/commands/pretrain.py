@@ -52,6 +52,10 @@ def register(sub) -> None:
                       ("keep-last", non_negative_int), ("log-every", positive_int), ("eval-every", non_negative_int)):
         p.add_argument(f"--{name}", type=typ, default=S)
     p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=S)
+    p.add_argument("--no-optimizer-state", dest="save_optimizer_state", action="store_false", default=S,
+                   help="checkpoints hold the weights only (a third of the size); they cannot be resumed")
+    p.add_argument("--final-only", dest="checkpoints", action="store_false", default=S,
+                   help="write no OUT/checkpoints, only the final model")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=S)
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     p.add_argument("--modality", choices=["image", "video", "speech"], default=S,
