@@ -25,7 +25,7 @@ import torch  # noqa: E402
 
 from bertfam.data.mrc import read_mrc  # noqa: E402
 from bertfam.evaluation.dureader import NO_ANSWER, Reference, evaluate  # noqa: E402
-from bertfam.tasks.mrc import decode, load_predictor, save_thresholds, tune_on_raw  # noqa: E402
+from bertfam.tasks.mrc import answered, decode, load_predictor, save_thresholds, tune_on_raw  # noqa: E402
 
 DEMO = os.path.join(ROOT, "..", "shared", "data", "mrc", "dureader_checklist", "demo.json")
 # the 50 demo questions the stage-5 model was trained on (split by passage, seed 0: checklist_tuning_mix.py)
@@ -37,11 +37,8 @@ def items_of(examples) -> list[dict]:
 
 
 def answers(raws, tn: float, ta: float) -> list[str]:
-    out = []
-    for r in raws:
-        ok = r["nbest"] and r["null_diff"] > tn and (r["p_answerable"] is None or r["p_answerable"] >= ta)
-        out.append(r["nbest"][0]["text"] if ok else NO_ANSWER)
-    return out
+    """Each question's answer text (or NO_ANSWER) under the predictor's own no-answer rule."""
+    return [r["nbest"][0]["text"] if answered(r, tn, ta) else NO_ANSWER for r in raws]
 
 
 def score(examples, preds: list[str]) -> dict:

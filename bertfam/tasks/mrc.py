@@ -115,8 +115,7 @@ class MRCPredictor:
     def decide(self, raw: dict, details: bool = False) -> dict:
         best = raw["nbest"][0] if raw["nbest"] else None
         p = raw["p_answerable"]
-        ok = best is not None and raw["null_diff"] > self.null_threshold and (
-            p is None or p >= self.answerable_threshold)
+        ok = answered(raw, self.null_threshold, self.answerable_threshold)
         if ok:
             res = {"answer": best["text"], "start": best["start"], "end": best["end"],
                    "score": float(best["prob"] * (p if p is not None else 1.0)), "answerable": True}
@@ -198,6 +197,13 @@ def decode(windows: list, passage: str, n_best: int = 20, max_answer_length: int
                  for ((a, b), sc), pr in zip(ranked, probs)]
     diff = nbest[0]["score"] - null if nbest and null < math.inf else -math.inf
     return {"nbest": nbest, "null_diff": diff, "p_answerable": p_ans}
+
+
+def answered(raw: dict, null_threshold: float, answerable_threshold: float) -> bool:
+    """The no-answer rule on one question's `decode` result: a span, its null diff above the threshold and
+    (when the model has the classifier) P(answerable) at or above its threshold."""
+    p = raw["p_answerable"]
+    return bool(raw["nbest"]) and raw["null_diff"] > null_threshold and (p is None or p >= answerable_threshold)
 
 
 def _top(logits: np.ndarray, valid: np.ndarray, k: int) -> list[int]:
