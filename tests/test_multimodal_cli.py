@@ -37,7 +37,7 @@ def test_image_pretrain_eval_and_convert(tmp_path, tiny_config, capsys):
     make_image_set(str(tmp_path / "img"), n=24, dim=8)
     out = tmp_path / "run"
     assert main(["multimodal", "pretrain", "--modality", "image", "--features", str(tmp_path / "img"), "--vocab", VOCAB,
-                 "--config", tiny_config, "--out", str(out), "--eval-fraction", "0.25", *TINY]) == 0
+                 "--model-config", tiny_config, "--out", str(out), "--eval-fraction", "0.25", *TINY]) == 0
     printed = capsys.readouterr().out
     assert "24 of 24 records kept" in printed
     ev = last_json(printed)["final_eval"]
@@ -66,7 +66,7 @@ def test_image_classify_finetune_from_pretrained(tmp_path, tiny_config, capsys):
         r["label"] = "animal" if any(w in r["text"].split() for w in ("dog", "cat", "bird")) else "thing"
     (tmp_path / "img" / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["multimodal", "pretrain", "--modality", "image", "--features", str(tmp_path / "img"), "--vocab", VOCAB,
-                 "--config", tiny_config, "--out", str(tmp_path / "pt"), *TINY]) == 0
+                 "--model-config", tiny_config, "--out", str(tmp_path / "pt"), *TINY]) == 0
     assert main(["multimodal", "finetune", "--modality", "image", "--task", "classify", "--features",
                  str(tmp_path / "img"), "--init", str(tmp_path / "pt"), "--out", str(tmp_path / "cls"),
                  "--eval-fraction", "0.25", *TINY]) == 0
@@ -86,7 +86,7 @@ def test_video_vocab_and_cross_modal_mlm(tmp_path, tiny_config, capsys):
     assert "10 visual words of dimension 6" in capsys.readouterr().out
     out = tmp_path / "run"
     assert main(["multimodal", "pretrain", "--modality", "video", "--features", str(tmp_path / "vid"), "--vocab", VOCAB,
-                 "--codebook", str(cb), "--config", tiny_config, "--out", str(out), "--eval-fraction", "0.25",
+                 "--codebook", str(cb), "--model-config", tiny_config, "--out", str(out), "--eval-fraction", "0.25",
                  *TINY]) == 0
     ev = last_json(capsys.readouterr().out)["final_eval"]
     assert {"eval_text_mlm_acc", "eval_video_mlm_acc", "eval_text_mlm_acc_shuffled"} <= set(ev)
@@ -120,7 +120,7 @@ def test_spoken_qa_finetune_with_wav_fixtures(tmp_path, tiny_config, capsys):
     (d / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "qa"
     assert main(["multimodal", "finetune", "--modality", "speech", "--task", "qa", "--features", str(d),
-                 "--vocab", VOCAB, "--config", tiny_config, "--out", str(out), "--eval-fraction", "0.34", *TINY]) == 0
+                 "--vocab", VOCAB, "--model-config", tiny_config, "--out", str(out), "--eval-fraction", "0.34", *TINY]) == 0
     printed = capsys.readouterr().out
     assert "12 of 13 records kept, 1 skipped" in printed and "'purple' not found" in printed
     ev = last_json(printed)["final_eval"]

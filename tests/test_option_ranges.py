@@ -5,7 +5,7 @@ import argparse
 import pytest
 
 from bertfam import cli
-from bertfam.commands.common import NumberRange
+from bertfam.commands.common import NumberRange, RunConfig
 
 PARSER = cli.build_parser()
 
@@ -77,12 +77,19 @@ def test_out_of_range_value_is_one_usage_error(capsys, option):
         assert lines[-1].startswith(f"{parser.prog}: error: argument {names}: "), err
 
 
+def _default(parser, action):
+    """The option's default; a command with --config keeps it in its RunConfig (argparse's is SUPPRESS)."""
+    run = parser.get_default("func")
+    return run.defaults[action.dest] if isinstance(run, RunConfig) else action.default
+
+
 @pytest.mark.parametrize("option", RANGED, ids=_id)
 def test_defaults_are_in_range(option):
-    action = option[2]
-    if action.default not in (None, argparse.SUPPRESS):
-        values = action.default if isinstance(action.default, (list, tuple)) else [action.default]
-        assert all(action.type.contains(v) for v in values), action.default
+    _, parser, action = option
+    default = _default(parser, action)
+    if default not in (None, argparse.SUPPRESS):
+        values = default if isinstance(default, (list, tuple)) else [default]
+        assert all(action.type.contains(v) for v in values), default
 
 
 @pytest.mark.parametrize("argv", [

@@ -18,3 +18,38 @@ def test_readme_python_tour_runs(tmp_path, zh_vocab, tiny_cfg):
     ns: dict = {}
     exec(compile(code, "README.md", "exec"), ns)
     assert (tmp_path / "clf" / "model.safetensors").exists()
+
+
+def _read(name: str) -> str:
+    return open(os.path.join(ROOT, name), encoding="utf-8").read()
+
+
+def test_readme_run_file_example_is_a_valid_finetune_run_file(tmp_path):
+    from bertfam.cli import build_parser
+
+    text = _read("README.md")
+    example = re.search(r"```json\n(.*?)```", text[text.index("Every training command"):], re.S).group(1)
+    (tmp_path / "run.json").write_text(example)
+    args = build_parser().parse_args(["finetune", "--config", str(tmp_path / "run.json"), "--out", "o"])
+    args.func.merge(args)  # unknown keys, bad values or a missing required option would raise here
+    assert args.grad_accum == 4 and args.save_optimizer_state is False
+
+
+def test_kbert_show_example_injects_as_documented(tmp_path, capsys, zh_vocab):
+    """The docs' K-BERT example, on the two triples of K-BERT's HowNet.spo (MIT) it uses, prints the tree shown
+    in docs/kbert.md."""
+    import shutil
+
+    from bertfam.cli import main
+
+    text = re.search(r'bertfam kbert show .*? "(.+?)"', _read("README.md")).group(1)
+    doc = _read("docs/kbert.md")
+    shown = re.search(r"\$ bertfam kbert show [^\n]*\"" + text + r"\"\n(.*?)```", doc, re.S).group(1)
+    (tmp_path / "hownet.spo").write_text("服务员\t义原\t人\n大使馆\t义原\t机构\n", encoding="utf-8")
+    os.makedirs(tmp_path / "tok")
+    shutil.copy(zh_vocab, tmp_path / "tok" / "vocab.txt")
+    assert main(["kbert", "show", "--kg", str(tmp_path / "hownet.spo"), "--tokenizer", str(tmp_path / "tok"),
+                 text]) == 0
+    out = capsys.readouterr().out
+    assert "'injected_entities': 2" in out
+    assert out.split("\n", 1)[1] == shown.split("\n", 1)[1]  # all but the graph's size line

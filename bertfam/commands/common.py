@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from typing import Optional
 
 
@@ -104,7 +105,8 @@ def _flag(dest: str) -> str:
 
 
 def add_optimization_args(p, *, epochs: float, batch_size: int, lr: float) -> None:
-    """--epochs --max-steps --batch-size --lr --warmup-ratio --seed --save-every (TrainConfig fields)."""
+    """--epochs --max-steps --batch-size --lr --warmup-ratio --seed --save-every --grad-accum (TrainConfig
+    fields)."""
     p.add_argument("--epochs", type=positive_float, default=epochs)
     p.add_argument("--max-steps", type=positive_int, default=None, help="optimizer steps (overrides --epochs)")
     p.add_argument("--batch-size", type=positive_int, default=batch_size)
@@ -113,6 +115,7 @@ def add_optimization_args(p, *, epochs: float, batch_size: int, lr: float) -> No
     p.add_argument("--seed", type=seed, default=42)
     p.add_argument("--save-every", type=non_negative_int, default=0,
                    help="optimizer steps between checkpoints (0: end only)")
+    add_grad_accum_arg(p)
 
 
 CHECKPOINT_FIELDS = ("keep_last", "save_optimizer_state", "checkpoints")
@@ -140,3 +143,167 @@ def checkpoint_options(args) -> dict:
     if opts.get("checkpoints") is False and getattr(args, "save_every", None):
         raise ConfigError("--final-only writes no checkpoints: drop --save-every")
     return opts
+
+
+def add_threads_arg(p) -> None:
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's own)")
+
+
+def add_grad_accum_arg(p) -> None:
+    p.add_argument("--grad-accum", type=positive_int, default=1, metavar="N",
+                   help="batches per optimizer step (effective batch: N x --batch-size)")
+
+
+def set_threads(args) -> None:
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+# ------------------------------------------------------------------------------------ run files (--config)
+RUN_FILE_HELP = ("run file (JSON or YAML) of option values, keys = option names with underscores "
+                 "(e.g. max_steps); options given on the command line override it")
+
+
+def read_run_file(path: str) -> dict:
+    """The mapping in a JSON or YAML run file (ConfigError naming the file otherwise)."""
+    from ..config import read_json
+    from ..errors import ConfigError
+
+    if not path.endswith((".yaml", ".yml")):
+        return read_json(path)
+    try:
+        import yaml
+    except ImportError:
+        raise ConfigError(f"{path}: YAML run files need PyYAML (pip install pyyaml)") from None
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: file not found")
+    with open(path, encoding="utf-8") as f:
+        try:
+            d = yaml.safe_load(f)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path}: expected a mapping")
+    return d
+
+
+def add_run_config(p, func, run_config: type = None):
+    """Give command `p` a --config RUN.json option; returns the command function to set as its `func`.
+
+    Call it after every other option of `p` is added. The options' defaults become argparse.SUPPRESS, so
+    after parsing the namespace holds exactly what the command line gave; RunConfig then adds the file's
+    values for the other options, then the real defaults. Options argparse would require may come from
+    the file, so they are checked after the merge."""
+    p.add_argument("--config", default=argparse.SUPPRESS, metavar="RUN.json", help=RUN_FILE_HELP)
+    return (run_config or RunConfig)(p, func)
+
+
+class RunConfig:
+    """The command function of a command with --config: merges command line > run file > defaults."""
+
+    def __init__(self, parser, func):
+        self.parser, self.func = parser, func
+        self.actions = {a.dest: a for a in parser._actions
+                        if a.option_strings and a.dest not in ("help", "config")}
+        self.defaults = {dest: a.default for dest, a in self.actions.items()}  # what the options mean unset
+        # a key is an option's name (no_optimizer_state: true) or its destination (save_optimizer_state: false,
+        # as saved run configs hold it)
+        self.keys = {**{_key(o): a for a in self.actions.values() for o in a.option_strings}, **self.actions}
+        self.required = [a for a in self.actions.values() if a.required]
+        self.groups = [(g, g.required) for g in parser._mutually_exclusive_groups]
+        for a in self.actions.values():
+            a.default = argparse.SUPPRESS
+            if a.required:
+                a.required = False
+                a.help = (a.help + "; " if a.help else "") + "required (here or in --config)"
+        for g, _ in self.groups:
+            g.required = False
+
+    def __call__(self, args):
+        self.merge(args)
+        return self.func(args)
+
+    def merge(self, args) -> None:
+        given = {dest for dest in self.actions if hasattr(args, dest)}
+        path = getattr(args, "config", None)
+        values = self.read(path) if path else {}
+        for g, _ in self.groups:  # an option of an exclusive group on the command line replaces the file's
+            members = {a.dest for a in g._group_actions}
+            if members & given:
+                values = {k: v for k, v in values.items() if k not in members}
+        for dest, v in values.items():
+            if dest not in given:
+                setattr(args, dest, v)
+        for dest, d in self.defaults.items():
+            if not hasattr(args, dest) and d is not argparse.SUPPRESS:
+                setattr(args, dest, d)
+        self.check_required(args, path)
+
+    def read(self, path: str) -> dict:
+        """The file's values, converted and range-checked as the same options on the command line are."""
+        from ..errors import ConfigError
+
+        d = {str(k).replace("-", "_"): v for k, v in read_run_file(path).items()}
+        unknown = sorted(k for k in d if k not in self.keys)
+        if unknown:
+            raise ConfigError(f"{path}: unknown field(s) {', '.join(unknown)} (keys are the options of "
+                              f"`{self.parser.prog}` with underscores, e.g. max_steps)")
+        out = {}
+        for k, v in d.items():
+            a = self.keys[k]
+            try:
+                v = _file_value(a, v)
+            except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
+                raise ConfigError(f"{path}: {k}: {e}") from None
+            if a.nargs == 0 and k != a.dest:  # a flag by its name: true gives it, false leaves it out
+                v = a.const if v else None
+            if v is not None:  # null: the option's default
+                out[a.dest] = v
+        return out
+
+    def check_required(self, args, path) -> None:
+        from ..errors import ConfigError
+
+        missing = [a.option_strings[-1] for a in self.required if getattr(args, a.dest, None) is None]
+        if missing:
+            self.parser.error(f"the following arguments are required: {', '.join(missing)}")
+        for g, required in self.groups:
+            have = [a.option_strings[-1] for a in g._group_actions if getattr(args, a.dest, None) is not None]
+            if len(have) > 1:  # only a run file can set two: argparse refuses them on one command line
+                raise ConfigError(f"{path}: {' and '.join(have)} exclude each other")
+            if required and not have:
+                names = " ".join(a.option_strings[-1] for a in g._group_actions)
+                self.parser.error(f"one of the arguments {names} is required")
+
+
+def _key(option: str) -> str:
+    return option.lstrip("-").replace("-", "_")
+
+
+def _file_value(action, v):
+    """A run-file value through the option's own type and choices (the file holds JSON values, not text)."""
+    if v is None:
+        return None
+    if action.nargs == 0:  # a flag (store_true / store_false): the file gives its destination's value
+        if not isinstance(v, bool):
+            raise TypeError(f"expected true or false, got {v!r}")
+        return v
+    if action.nargs in ("+", "*") or isinstance(action.nargs, int):
+        items = v if isinstance(v, list) else [v]
+        if isinstance(action.nargs, int) and len(items) != action.nargs:
+            raise ValueError(f"expected a list of {action.nargs} values, got {v!r}")
+        if action.nargs == "+" and not items:
+            raise ValueError("expected at least one value")
+        return [_one_value(action, x) for x in items]
+    return _one_value(action, v)
+
+
+def _one_value(action, v):
+    if isinstance(v, (bool, list, dict)):
+        raise TypeError(f"expected a single value, got {v!r}")
+    x = action.type(str(v)) if action.type is not None else str(v)
+    if action.choices is not None and x not in action.choices:
+        raise ValueError(f"{x!r} is not one of {', '.join(map(str, action.choices))}")
+    return x

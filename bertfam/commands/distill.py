@@ -1,8 +1,8 @@
 """`bertfam distill`: TinyBERT general (--corpus) or task-specific (--task) distillation."""
 from __future__ import annotations
 
-from .common import (add_checkpoint_args, checkpoint_options, non_negative_float, open_fraction, positive_float,
-                     positive_int, probability, seed)
+from .common import (add_checkpoint_args, add_grad_accum_arg, add_run_config, add_threads_arg, checkpoint_options,
+                     non_negative_float, open_fraction, positive_float, positive_int, probability, seed, set_threads)
 
 
 def register(sub) -> None:
@@ -34,13 +34,14 @@ def register(sub) -> None:
     p.add_argument("--max-dev", type=positive_int, help="use only the first N dev examples")
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--lr", type=positive_float, default=5e-5)
+    add_grad_accum_arg(p)
     p.add_argument("--max-steps", type=positive_int, help="optimizer steps per stage (overrides epochs)")
     p.add_argument("--log-every", type=positive_int, default=10)
     p.add_argument("--seed", type=seed, default=42)
-    p.add_argument("--threads", type=positive_int, help="torch CPU threads")
+    add_threads_arg(p)
     p.add_argument("--no-progress", action="store_true")
     add_checkpoint_args(p)
-    p.set_defaults(func=_distill)
+    p.set_defaults(func=add_run_config(p, _distill))
 
 
 def _layer_map(s):
@@ -70,15 +71,12 @@ def _distill(args) -> int:
     _check(args)
     import json
 
-    import torch
-
     from ..errors import ConfigError
     from ..distill.pipeline import distill_general, distill_task
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    over = dict(batch_size=args.batch_size, lr=args.lr, max_steps=args.max_steps, log_every=args.log_every,
-                progress=not args.no_progress, **checkpoint_options(args))
+    set_threads(args)
+    over = dict(batch_size=args.batch_size, lr=args.lr, grad_accum=args.grad_accum, max_steps=args.max_steps,
+                log_every=args.log_every, progress=not args.no_progress, **checkpoint_options(args))
     lm = _layer_map(args.layer_map)
     if args.corpus:
         over["epochs"] = args.epochs

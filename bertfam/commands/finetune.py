@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import json
 
-from .common import (add_checkpoint_args, add_optimization_args, checkpoint_options, float_range, int_range,
-                     non_negative_float, non_negative_int, open_fraction, positive_int)
+from .common import (add_checkpoint_args, add_optimization_args, add_run_config, add_threads_arg, checkpoint_options,
+                     float_range, int_range, non_negative_float, non_negative_int, open_fraction, positive_int,
+                     set_threads)
 
 TASK_HELP = ("sst2, cola, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, tnews, iflytek, afqmc, ocnli, cmnli, "
              "csl, cluewsc, eprstmt, bustm, csldcp, cluener, msra, peoples_daily, resume, medical_ner, ner, "
@@ -29,6 +30,7 @@ def _train_args(p) -> None:
     p.add_argument("--freeze-word-embeddings", action="store_true",
                    help="do not train the word-embedding matrix (fast with huge multilingual vocabularies)")
     p.add_argument("--no-progress", action="store_true")
+    add_threads_arg(p)
     add_checkpoint_args(p)
 
 
@@ -50,7 +52,7 @@ def register(sub) -> None:
     g.add_argument("--labels", default=None, help="comma-separated label list (default: those in train)")
     g.add_argument("--no-header", action="store_true", help="the TSV has no header (columns by number)")
     _train_args(p)
-    p.set_defaults(func=_finetune)
+    p.set_defaults(func=add_run_config(p, _finetune))
 
     p = sub.add_parser("evaluate", help="score a fine-tuned model on a labelled file")
     p.add_argument("--model", required=True)
@@ -82,7 +84,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--tasks", default=None, help="comma-separated subset")
     _train_args(p)
-    p.set_defaults(func=_glue)
+    p.set_defaults(func=add_run_config(p, _glue))
 
     p = sub.add_parser("embed", help="token and sentence vectors (CLS, mean; chosen layers) to .npy / JSONL")
     p.add_argument("--model", required=True)
@@ -111,8 +113,9 @@ def _options(args):
     ck = checkpoint_options(args)
     return FinetuneOptions(
         epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, max_length=args.max_length,
-        warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, layerwise_lr_decay=args.layerwise_lr_decay,
-        early_stopping_patience=args.early_stopping, eval_every=args.eval_every,
+        warmup_ratio=args.warmup_ratio, grad_accum=args.grad_accum, weight_decay=args.weight_decay,
+        layerwise_lr_decay=args.layerwise_lr_decay, early_stopping_patience=args.early_stopping,
+        eval_every=args.eval_every,
         group_by_length=not args.no_group_by_length, seed=args.seed, max_train=args.max_train,
         dev_ratio=args.dev_ratio, precision=args.precision, max_steps=args.max_steps, progress=not args.no_progress,
         save_every=args.save_every, freeze_word_embeddings=args.freeze_word_embeddings,
@@ -144,6 +147,7 @@ def _finetune(args) -> int:
     from ..finetune import finetune
     from ..training.distributed import is_main_process
 
+    set_threads(args)
     r = finetune(_task(args), args.model, args.train, args.dev, args.out, _options(args))
     if is_main_process():  # under torchrun every rank gets here with the same result
         _print_result(r)
@@ -174,6 +178,7 @@ def _glue(args) -> int:
 
     from ..training.distributed import is_main_process
 
+    set_threads(args)
     table = run_glue(args.model, args.data, args.out, _options(args), tasks=_csv(args.tasks))
     if is_main_process():
         print(table)

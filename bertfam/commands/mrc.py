@@ -5,8 +5,8 @@ import json
 import os
 import sys
 
-from .common import (add_checkpoint_args, add_optimization_args, check_window, checkpoint_options, float_range,
-                     non_negative_int, positive_int)
+from .common import (add_checkpoint_args, add_optimization_args, add_run_config, add_threads_arg, check_window,
+                     checkpoint_options, float_range, non_negative_int, positive_int, set_threads)
 
 
 def register(sub) -> None:
@@ -26,7 +26,6 @@ def register(sub) -> None:
                                                                  "them in OUT/config.json")
     t.add_argument("--no-title", action="store_true", help="do not put the title before the passage")
     add_optimization_args(t, epochs=2, batch_size=16, lr=3e-5)
-    t.add_argument("--grad-accum", type=positive_int, default=1)
     t.add_argument("--log-every", type=positive_int, default=10)
     t.add_argument("--eval-limit", type=non_negative_int, default=500, help="dev questions scored at each epoch end (0: all)")
     t.add_argument("--limit", type=positive_int, default=None, help="use only the first N training questions")
@@ -34,7 +33,7 @@ def register(sub) -> None:
                    help="continue an interrupted run (its OUT directory or one checkpoint) with the same options")
     add_checkpoint_args(t, keep_last=1)
     _window_args(t)
-    t.set_defaults(func=_train)
+    t.set_defaults(func=add_run_config(t, _train))
 
     pr = ms.add_parser("predict", help="answer every question of a file ({qid: answer} + an n-best file)")
     pr.add_argument("--model", required=True)
@@ -94,7 +93,7 @@ def _window_args(p) -> None:
     p.add_argument("--doc-stride", type=non_negative_int, default=None, help="overlap (tokens) between windows (default: the "
                                                                 "model's training setting, else 128)")
     p.add_argument("--max-query-length", type=positive_int, default=64)
-    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
+    add_threads_arg(p)
 
 
 def _decode_args(p) -> None:
@@ -102,13 +101,6 @@ def _decode_args(p) -> None:
                    help="tokens (default: the model's tuned setting, else 64)")
     p.add_argument("--n-best", type=positive_int, default=20)
     p.add_argument("--batch-size", type=positive_int, default=32)
-
-
-def _threads(args) -> None:
-    if getattr(args, "threads", None):
-        import torch
-
-        torch.set_num_threads(args.threads)
 
 
 def _predictor_kw(args) -> dict:
@@ -131,7 +123,7 @@ def _train(args) -> int:
     from ..data.mrc import read_many, read_mrc, split_examples, write_squad
     from ..tasks.mrc import load_span_model, train_mrc
 
-    _threads(args)
+    set_threads(args)
     examples, reports = read_many(args.train, mode="train")
     _print_reports(reports)
     if args.limit:
@@ -205,7 +197,7 @@ def _predict(args) -> int:
     check_window(args)  # before any model or file is loaded
     from ..tasks.mrc import load_predictor
 
-    _threads(args)
+    set_threads(args)
     _predict_file(load_predictor([args.model], **_predictor_kw(args)), args)
     return 0
 
@@ -214,7 +206,7 @@ def _ensemble(args) -> int:
     check_window(args)  # before any model or file is loaded
     from ..tasks.mrc import load_predictor
 
-    _threads(args)
+    set_threads(args)
     pred = load_predictor(args.models, mode=args.mode, **_predictor_kw(args))
     print(f"ensemble of {len(args.models)} models: {type(pred).__name__}", file=sys.stderr)
     _predict_file(pred, args)
@@ -245,7 +237,7 @@ def _ask(args) -> int:
     check_window(args)  # before any model or file is loaded
     from ..tasks.mrc import load_predictor
 
-    _threads(args)
+    set_threads(args)
     pred = load_predictor([args.model], **_predictor_kw(args))
     r = pred.predict(args.question, args.passage, args.title)
     r["display"] = r["answer"] if r["answerable"] else "无答案"
@@ -257,7 +249,7 @@ def _compare(args) -> int:
     check_window(args)  # before any model or file is loaded
     from ..tasks.mrc_compare import compare_models
 
-    _threads(args)
+    set_threads(args)
     names = args.names or [os.path.basename(os.path.normpath(m)) for m in args.models]
     if len(names) != len(args.models):
         from ..errors import ConfigError

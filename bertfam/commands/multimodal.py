@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 
-from .common import (add_checkpoint_args, check_window, checkpoint_options, float_range, non_negative_int,
-                     open_fraction, positive_float, positive_int, probability, seed)
+from .common import (RunConfig, add_checkpoint_args, add_grad_accum_arg, add_run_config, add_threads_arg, check_window,
+                     checkpoint_options, float_range, non_negative_int, open_fraction, positive_float, positive_int,
+                     probability, seed, set_threads)
+
+log = logging.getLogger("bertfam")
 
 
 def _train_args(p) -> None:
@@ -12,7 +17,8 @@ def _train_args(p) -> None:
     p.add_argument("--manifest", default=None, help="manifest file (default: DIR/manifest.jsonl)")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--vocab", default=None, help="vocab.txt or tokenizer directory (default: the --init model's)")
-    p.add_argument("--config", default="bert-tiny", help="preset or config JSON for a new model (default bert-tiny)")
+    p.add_argument("--model-config", default="bert-tiny",
+                   help="preset name or model config JSON for a new model (default bert-tiny)")
     p.add_argument("--init", default=None, help="start from a text checkpoint, a multimodal model or a Hugging Face "
                    "VisualBERT directory")
     p.add_argument("--max-length", type=positive_int, default=None, help="text tokens per sequence")
@@ -24,8 +30,9 @@ def _train_args(p) -> None:
                       ("lr", positive_float), ("warmup-ratio", probability), ("log-every", positive_int),
                       ("eval-every", non_negative_int), ("save-every", non_negative_int)):
         p.add_argument(f"--{name}", type=typ, default=None)
+    add_grad_accum_arg(p)
     p.add_argument("--no-progress", dest="progress", action="store_false", default=True)
-    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
+    add_threads_arg(p)
     add_checkpoint_args(p, keep_last=1)
     g = p.add_argument_group("speech front end (WAV files are resampled to --sample-rate)")
     g.add_argument("--sample-rate", type=positive_int, default=16000)
@@ -56,7 +63,7 @@ def register(sub) -> None:
     t.add_argument("--mask-rate", type=open_fraction, default=0.15)
     t.add_argument("--mismatch-prob", type=probability, default=0.5, help="image/speech: share of mismatched pairs "
                    "(0 turns the match objective off)")
-    t.set_defaults(func=_pretrain)
+    t.set_defaults(func=add_run_config(t, _pretrain, ModelConfigCompat))
 
     f = ms.add_parser("finetune", help="fine-tune: qa (spoken question over a text passage) or classify")
     f.add_argument("--modality", choices=["image", "speech"], required=True)
@@ -64,7 +71,7 @@ def register(sub) -> None:
     _train_args(f)
     f.add_argument("--doc-stride", type=non_negative_int, default=None,
                    help="qa: overlap (tokens) of consecutive windows (default 32, cut to fit the window)")
-    f.set_defaults(func=_finetune)
+    f.set_defaults(func=add_run_config(f, _finetune, ModelConfigCompat))
 
     e = ms.add_parser("eval", help="evaluate a saved multimodal model (with the shuffled-features ablation)")
     e.add_argument("model")
@@ -81,11 +88,39 @@ def register(sub) -> None:
     c.set_defaults(func=_convert)
 
 
-def _threads(args) -> None:
-    if getattr(args, "threads", None):
-        import torch
+class ModelConfigCompat(RunConfig):
+    """--config once named the model config here. A --config value that is a preset name, a directory or a
+    JSON file with `hidden_size` or `bertfam_config_version` (model-config fields; no option is named so) is
+    still taken as --model-config, with a warning; any other value is a run file."""
 
-        torch.set_num_threads(args.threads)
+    def merge(self, args) -> None:
+        value = getattr(args, "config", None)
+        if value is not None and is_model_config(value):
+            from ..errors import ConfigError
+
+            if hasattr(args, "model_config"):
+                raise ConfigError(f"--config {value} is a model config and --model-config is given too: "
+                                  "drop --config")
+            log.warning("--config %s is a model config: read as --model-config %s (--config now names a run "
+                        "file)", value, value)
+            args.model_config = value
+            del args.config
+        super().merge(args)
+
+
+def is_model_config(value: str) -> bool:
+    from ..config import preset_names
+
+    if value in preset_names() or os.path.isdir(value):
+        return True
+    if not (value.endswith(".json") and os.path.isfile(value)):
+        return False
+    try:
+        with open(value, encoding="utf-8") as f:
+            d = json.load(f)
+    except (ValueError, UnicodeDecodeError):
+        return False  # read as a run file, whose error names the file
+    return isinstance(d, dict) and ("hidden_size" in d or "bertfam_config_version" in d)
 
 
 def _common(args) -> dict:
@@ -93,9 +128,10 @@ def _common(args) -> dict:
 
     train = {"epochs": args.epochs, "max_steps": args.max_steps, "batch_size": args.batch_size, "lr": args.lr,
              "warmup_ratio": args.warmup_ratio, "log_every": args.log_every, "eval_every": args.eval_every,
-             "save_every": args.save_every, "progress": args.progress, "seed": args.seed, **checkpoint_options(args)}
+             "save_every": args.save_every, "grad_accum": args.grad_accum, "progress": args.progress, "seed": args.seed,
+             **checkpoint_options(args)}
     audio = AudioConfig(sample_rate=args.sample_rate, n_mels=args.n_mels, stack=args.stack, max_frames=args.max_frames)
-    kw = dict(vocab=args.vocab, config=args.config, init=args.init, manifest=args.manifest,
+    kw = dict(vocab=args.vocab, config=args.model_config, init=args.init, manifest=args.manifest,
               eval_fraction=args.eval_fraction, seed=args.seed, audio=audio, train=train, resume=args.resume)
     if args.max_length:
         kw["max_length"] = args.max_length
@@ -124,7 +160,7 @@ def _vocab(args) -> int:
 def _pretrain(args) -> int:
     from ..multimodal.train import pretrain
 
-    _threads(args)
+    set_threads(args)
     return _report(pretrain(args.modality, args.features, args.out, codebook=args.codebook, mask_rate=args.mask_rate,
                             mismatch_prob=args.mismatch_prob, **_common(args)))
 
@@ -133,7 +169,7 @@ def _finetune(args) -> int:
     check_window(args)  # only a --doc-stride the user gave is compared
     from ..multimodal.train import finetune
 
-    _threads(args)
+    set_threads(args)
     stride = args.doc_stride if args.doc_stride is not None else 32
     return _report(finetune(args.modality, args.task, args.features, args.out, doc_stride=stride, **_common(args)))
 
@@ -162,7 +198,7 @@ def _convert(args) -> int:
 
 def pretrain_from_generic_args(args) -> int:
     """`bertfam pretrain --modality M --features DIR ...`: the text pre-training command's options mapped
-    onto `bertfam multimodal pretrain` (its --model-config is our --config, --max-seq-len our --max-length)."""
+    onto `bertfam multimodal pretrain` (its --max-seq-len is our --max-length)."""
     from ..errors import ConfigError
     from ..multimodal.config import AudioConfig
     from ..multimodal.train import pretrain
@@ -170,10 +206,11 @@ def pretrain_from_generic_args(args) -> int:
     g = lambda name, default=None: getattr(args, name, default)  # noqa: E731 (options left out are absent)
     if not g("features") or not g("out"):
         raise ConfigError("pretrain --modality needs --features DIR and --out DIR")
-    _threads(args)
+    set_threads(args)
     train = {"epochs": g("epochs"), "max_steps": g("max_steps"), "batch_size": g("batch_size"), "lr": g("lr"),
              "warmup_ratio": g("warmup_ratio"), "log_every": g("log_every"), "eval_every": g("eval_every"),
-             "save_every": g("save_every"), "progress": g("progress", True), "seed": g("seed"),
+             "save_every": g("save_every"), "grad_accum": g("grad_accum"), "progress": g("progress", True),
+             "seed": g("seed"),
              **checkpoint_options(args)}  # whichever checkpoint options `bertfam pretrain` has
     kw = {"max_length": g("max_seq_len")} if g("max_seq_len") else {}
     return _report(pretrain(g("modality"), g("features"), g("out"), vocab=g("vocab"),

@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 import os
 
-from .common import (float_range, non_negative_float, non_negative_int, open_fraction, positive_float, positive_int,
-                     probability, seed)
+from .common import (add_run_config, add_threads_arg, float_range, non_negative_float, non_negative_int, open_fraction,
+                     positive_float, positive_int, probability, seed, set_threads)
 
-S = argparse.SUPPRESS  # options left out do not appear, so a --config file can supply them
+S = argparse.SUPPRESS  # options left out do not appear: PretrainConfig (or the resumed run's own) supplies them
 
 
 def _data_args(p, masking_required: bool = False) -> None:
@@ -31,8 +31,6 @@ def _data_args(p, masking_required: bool = False) -> None:
     p.add_argument("--max-line-chars", type=positive_int, default=S, help="longer lines are truncated with a warning")
     p.add_argument("--text-field", default=S, help="JSONL field holding the text (default: text)")
     p.add_argument("--seed", type=seed, default=S)
-    p.add_argument("--config", default=S, metavar="RUN.json", help="run configuration (JSON or YAML); "
-                   "command-line options override it")
 
 
 def register(sub) -> None:
@@ -57,19 +55,19 @@ def register(sub) -> None:
     p.add_argument("--final-only", dest="checkpoints", action="store_false", default=S,
                    help="write no OUT/checkpoints, only the final model")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=S)
-    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
+    add_threads_arg(p)
     p.add_argument("--modality", choices=["image", "video", "speech"], default=S,
                    help="multimodal pre-training (= bertfam multimodal pretrain; needs --features DIR)")
     p.add_argument("--features", default=S, metavar="DIR", help="with --modality: manifest.jsonl + feature files")
     p.add_argument("--codebook", default=S, help="with --modality video: visual-word codebook (.npz)")
-    p.set_defaults(func=_pretrain)
+    p.set_defaults(func=add_run_config(p, _pretrain))
 
     p = sub.add_parser("pretrain-data", help="cache pre-training instances (static masking, dupe_factor)")
     _data_args(p)
     p.add_argument("--out", required=True, help="cache directory")
     p.add_argument("--dupe-factor", type=non_negative_int, default=5,
                    help="masked copies per instance (0: unmasked, for dynamic masking at training time)")
-    p.set_defaults(func=_pretrain_data)
+    p.set_defaults(func=add_run_config(p, _pretrain_data))
 
     p = sub.add_parser("plot", help="PNG curves (loss, MLM/NSP/SOP accuracy, lr) of a training run")
     p.add_argument("run_dir")
@@ -80,30 +78,8 @@ def register(sub) -> None:
 _NOT_CONFIG = {"func", "command", "verbose", "config", "threads", "dupe_factor"}
 
 
-def _read_config(path: str) -> dict:
-    from ..config import read_json
-    from ..errors import ConfigError
-
-    if path.endswith((".yaml", ".yml")):
-        try:
-            import yaml
-        except ImportError:
-            raise ConfigError(f"{path}: YAML run configs need PyYAML (pip install pyyaml)") from None
-        if not os.path.isfile(path):
-            raise ConfigError(f"{path}: file not found")
-        with open(path, encoding="utf-8") as f:
-            try:
-                d = yaml.safe_load(f)
-            except yaml.YAMLError as e:
-                raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-        if not isinstance(d, dict):
-            raise ConfigError(f"{path}: expected a mapping")
-        return d
-    return read_json(path)
-
-
 def _merged(args) -> dict:
-    """run config file (or the resumed run's own) < command-line options."""
+    """The resumed run's own config < the options (the command line's over the --config file's)."""
     d: dict = {}
     resume = getattr(args, "resume", None)
     if resume:
@@ -115,8 +91,6 @@ def _merged(args) -> dict:
                 d.update(read_json(cand))
                 d.pop("stop_after_step", None)  # a retired testing field that older run directories record
                 break
-    if getattr(args, "config", None):
-        d.update(_read_config(args.config))
     d.update({k: v for k, v in vars(args).items() if k not in _NOT_CONFIG})
     return {k.replace("-", "_"): v for k, v in d.items()}
 
@@ -128,10 +102,7 @@ def _pretrain(args) -> int:
         return pretrain_from_generic_args(args)
     from ..pretrain import PretrainConfig, run_pretraining
 
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    set_threads(args)
     d = _merged(args)
     if d.get("resume") and not d.get("out"):
         d["out"] = d["resume"]
