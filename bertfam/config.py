@@ -30,6 +30,8 @@ class HeadConfig:
     task: Optional[str] = None  # None | mlm | pretraining | classification | regression | token | span
     num_labels: int = 2
     labels: list[str] = field(default_factory=list)  # label names, index = class id
+    # label -> readable name, where the data has one (TNEWS "104" -> "news_finance"); pipelines answer with it
+    label_descriptions: dict[str, str] = field(default_factory=dict)
     # "pooler": dropout + linear on the pooled [CLS] (BERT/ALBERT);
     # "cls_dense": dense + tanh + linear on the [CLS] hidden state (RoBERTa's head)
     classifier_pooling: str = "pooler"

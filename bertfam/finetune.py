@@ -22,7 +22,7 @@ from .errors import ConfigError, DataError
 from .tasks.decoding import tags_to_spans
 from .tasks.features import FeatureBuilder, collect_labels, gold, lengths, score
 from .tasks.table import TaskSpec, custom_task, get_task
-from .utils import atomic_write_text
+from .utils import atomic_write, atomic_write_text
 
 log = logging.getLogger("bertfam")
 
@@ -152,7 +152,8 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
              "kg": list(opts.kg) if opts.kg else None}
     if spec.family == "custom":
         extra["custom"] = spec.extra
-    head_kw = {"labels": labels, "num_labels": max(1, len(labels)), "extra": extra}
+    head_kw = {"labels": labels, "num_labels": max(1, len(labels)), "extra": extra,
+               "label_descriptions": label_descriptions(train_ex, labels)}
     model = from_pretrained(model_dir, task=spec.head, seed=opts.seed, **head_kw)
     if opts.freeze_word_embeddings:
         model.backbone.embeddings.word.weight.requires_grad_(False)
@@ -195,6 +196,13 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
               "train_seconds": round(summary["elapsed_s"], 1), "best_during_training": summary["best"]}
     atomic_write_text(os.path.join(out, "eval_results.json"), json.dumps(result, indent=2, ensure_ascii=False))
     return result
+
+
+def label_descriptions(examples: list, labels: list) -> dict:
+    """{label: readable name} for the labels the training file names (TNEWS' `label_desc`): predictions
+    and the pipelines then say "news_finance", not "104"."""
+    known = set(labels)
+    return {ex.label: ex.label_desc for ex in examples if ex.label_desc and ex.label in known}
 
 
 def _need_labels(examples: list, spec: TaskSpec, path: str) -> None:
@@ -320,7 +328,42 @@ def run_glue(model_dir: str, glue_dir: str, out: str, opts: Optional[FinetuneOpt
             predict(tdir, files["test"], os.path.join(out, "submission"), task=task)
     if not rows:
         raise DataError(f"{glue_dir}: no GLUE task folder with a train file (CoLA/, SST-2/, MRPC/, ...)")
+    rows = _merge_earlier_rows(os.path.join(out, "results.json"), rows)
+    _zip_submission(os.path.join(out, "submission"))
     table = results_table(rows)
     atomic_write_text(os.path.join(out, "results.txt"), table + "\n")
     atomic_write_text(os.path.join(out, "results.json"), json.dumps(rows, indent=2, ensure_ascii=False))
     return table
+
+
+def _merge_earlier_rows(path: str, rows: list[dict]) -> list[dict]:
+    """Rows of tasks run earlier into the same out directory (one `--tasks` call per task, each with its
+    own budget) stay in the table; a task run again replaces its row. Rows keep GLUE's task order."""
+    earlier = []
+    if os.path.isfile(path):
+        try:
+            earlier = json.loads(open(path, encoding="utf-8").read())
+        except ValueError:
+            raise DataError(f"{path}: not JSON (remove it, or use another --out)") from None
+    now = {r["task"] for r in rows}
+    merged = [r for r in earlier if r.get("task") not in now] + rows
+    order = {t: i for i, t in enumerate(GLUE_ORDER + ["mnli-mm"])}
+    return sorted(merged, key=lambda r: order.get(r["task"], len(order)))
+
+
+def _zip_submission(folder: str) -> Optional[str]:
+    """folder.zip holding the submission TSVs at its top level, the layout the GLUE server takes."""
+    import zipfile
+
+    if not os.path.isdir(folder):
+        return None
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".tsv"))
+    zpath = folder + ".zip"
+
+    def write(tmp: str) -> None:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+            for n in names:
+                z.write(os.path.join(folder, n), arcname=n)
+
+    atomic_write(zpath, write)
+    return zpath

@@ -2,6 +2,7 @@
 classification, regression, NER, custom files, the GLUE runner, embeddings and the K-BERT hook."""
 import csv
 import json
+import zipfile
 import os
 
 import numpy as np
@@ -182,6 +183,16 @@ def test_glue_runner_table(tiny, tmp_path, capsys):
         assert any(line.startswith(t) for line in so.splitlines())
     assert (tmp_path / "g" / "submission" / "SST-2.tsv").is_file()
     assert (tmp_path / "g" / "submission" / "CoLA.tsv").is_file()
+    with zipfile.ZipFile(tmp_path / "g" / "submission.zip") as z:  # the server takes the TSVs at top level
+        assert {"SST-2.tsv", "CoLA.tsv"} <= set(z.namelist())
+        assert z.read("SST-2.tsv").decode().startswith("index\tprediction\n1172\t")  # the test file's index
+    # a second call with its own budget adds its task; the earlier rows stay, in GLUE's order
+    rc, so, _ = cli(capsys, "glue", "--model", tiny, "--data", fx("glue"), "--out", tmp_path / "g",
+                    "--tasks", "rte", "--max-steps", "1", *FAST)
+    assert rc == 0
+    tasks = [r["task"] for r in json.loads((tmp_path / "g" / "results.json").read_text())]
+    assert tasks == ["cola", "sst2", "mrpc", "rte"]
+    assert [line.split()[0] for line in so.splitlines()[2:6]] == tasks
 
 
 def test_embed_cli_and_polysemy_api(tiny, tmp_path, capsys):

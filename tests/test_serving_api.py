@@ -14,7 +14,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from bertfam.serving import Limits, Service, create_app  # noqa: E402
-from bertfam.serving.predictors import NERPredictor  # noqa: E402
+from bertfam.tasks.pipelines import NERPipeline  # noqa: E402
 
 PASSAGE = "北京，简称“京”，是中华人民共和国的首都，是全国的政治中心、文化中心。故宫和天坛都在北京。"
 LIMITS = dict(max_body_bytes=20_000, max_texts=8, max_passage_chars=3000, timeout_s=30.0)
@@ -162,7 +162,7 @@ def test_ner_decoding_of_tags_into_character_spans():
     # token character spans -> (context, tag id, prob); tags: B-PER I-PER O B-LOC, then a bare I-LOC
     tokens = {(0, 1): (0, 1, 0.9), (1, 2): (0, 2, 0.7), (2, 3): (0, 0, 0.99), (3, 4): (0, 3, 0.8),
               (4, 5): (0, 4, 0.6), (6, 7): (0, 4, 0.5)}
-    ents = NERPredictor._entities("李明在北京 上", tokens, NER_LABELS)
+    ents = NERPipeline._entities("李明在北京 上", tokens, NER_LABELS)
     assert [(e["type"], e["text"], e["start"], e["end"]) for e in ents] == \
         [("PER", "李明", 0, 2), ("LOC", "北京 上", 3, 7)]
     assert ents[0]["score"] == pytest.approx(0.8)

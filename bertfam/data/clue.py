@@ -26,11 +26,12 @@ class ClueLayout:
     label: str
     labels: Optional[tuple]  # None: taken from the training file (e.g. csldcp, or a labels file beside it)
     id_field: Optional[str] = "id"
+    desc_field: Optional[str] = None  # the label's readable name beside its code
 
 
 CLUE = {
-    "tnews": ClueLayout(("sentence",), "label", TNEWS_LABELS),
-    "iflytek": ClueLayout(("sentence",), "label", tuple(str(i) for i in range(119))),
+    "tnews": ClueLayout(("sentence",), "label", TNEWS_LABELS, desc_field="label_desc"),
+    "iflytek": ClueLayout(("sentence",), "label", tuple(str(i) for i in range(119)), desc_field="label_des"),
     "afqmc": ClueLayout(("sentence1", "sentence2"), "label", ("0", "1")),
     "ocnli": ClueLayout(("sentence1", "sentence2"), "label", NLI_LABELS),
     "cmnli": ClueLayout(("sentence1", "sentence2"), "label", NLI_LABELS),
@@ -51,7 +52,8 @@ def read_clue(task: str, path: str, labels: Optional[list] = None) -> list[Examp
     names = labels or (list(layout.labels) if layout.labels else _labels_beside(path))
     if task == "cluewsc":
         return _read_wsc(path, names)
-    return read_jsonl(path, list(layout.text), layout.label, labels=names, id_field=layout.id_field)
+    return read_jsonl(path, list(layout.text), layout.label, labels=names, id_field=layout.id_field,
+                      desc_field=layout.desc_field)
 
 
 def _labels_beside(path: str) -> Optional[list]:

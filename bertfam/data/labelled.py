@@ -30,6 +30,7 @@ class Example:
     tokens: Optional[list[str]] = None  # token labelling: characters / words
     tags: Optional[list[str]] = None  # one tag per token (None: unlabelled)
     source: str = ""  # "file:line" for messages
+    label_desc: Optional[str] = None  # the label's readable name where the file gives one (CLUE `label_desc`)
 
     @property
     def text(self) -> str:
@@ -260,8 +261,10 @@ def text_field(obj: dict, key: str) -> Optional[str]:
 
 def read_jsonl(path: str, text_fields: Sequence[str], label_field: Optional[str], *,
                labels: Optional[Sequence[str]] = None, regression: bool = False, id_field: Optional[str] = None,
-               require_label: bool = False, report: Optional[ReadReport] = None) -> list[Example]:
-    """JSON lines with named text fields and a label field (absent everywhere: unlabelled file)."""
+               require_label: bool = False, report: Optional[ReadReport] = None,
+               desc_field: Optional[str] = None) -> list[Example]:
+    """JSON lines with named text fields and a label field (absent everywhere: unlabelled file);
+    desc_field names the field holding each label's readable name, if the file has one."""
     report = report or ReadReport(path)
     label_set = set(labels) if labels is not None else None
     rows = list(iter_json_lines(path, report))
@@ -278,6 +281,8 @@ def read_jsonl(path: str, text_fields: Sequence[str], label_field: Optional[str]
             if label is None:
                 continue
         guid = obj.get(id_field, line) if id_field else line
+        desc = obj.get(desc_field) if desc_field and label is not None else None
         out.append(Example(guid=str(guid), text_a=texts[0], text_b=texts[1] if len(texts) > 1 else None,
-                           label=label, source=f"{path}:{line}"))
+                           label=label, source=f"{path}:{line}",
+                           label_desc=desc.strip() if isinstance(desc, str) and desc.strip() else None))
     return report.finish(out)

@@ -1,5 +1,5 @@
-"""Serving: predictors per task, dynamic batching, the FastAPI app (`bertfam serve`)."""
-from .predictors import InputError  # noqa: F401
+"""Serving: the task pipelines behind HTTP, dynamic batching, the FastAPI app (`bertfam serve`)."""
+from ..tasks.pipelines import InputError  # noqa: F401
 from .service import Limits, Service  # noqa: F401
 
 

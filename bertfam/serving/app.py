@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import BertfamError
 from .batching import QueueFull
-from .predictors import InputError
+from ..tasks.pipelines import InputError
 from .service import Service
 
 log = logging.getLogger("bertfam")
@@ -55,7 +55,9 @@ class ClassifyItem(_Strict):
 
 
 class ClassifyResult(BaseModel):
-    label: Optional[str] = None
+    label: Optional[str] = Field(None, description="the label's readable name where the training data had one")
+    code: Optional[str] = Field(None, description="the label as the training file wrote it (e.g. TNEWS \"104\"), "
+                                                  "given when it differs from label")
     score: float
     probabilities: Optional[dict[str, float]] = None
     truncated: bool = Field(description="the input was longer than the model window and was cut")

@@ -9,9 +9,13 @@ from typing import Optional, Sequence
 
 from ..errors import ConfigError
 from .batching import DynamicBatcher
-from .predictors import ENDPOINT_OF_TASK, PREDICTOR_OF_ENDPOINT, MRCServingPredictor, Predictor
+from ..tasks.pipelines import PIPELINES, TASK_OF_HEAD, MRCPipeline, Pipeline
 
 log = logging.getLogger("bertfam")
+# endpoint -> the pipeline task behind it (the endpoint names are the HTTP API's, kept as documented)
+PIPELINE_OF_ENDPOINT = {"classify": "classification", "ner": "ner", "fill-mask": "fill-mask", "mrc": "mrc",
+                        "embed": "embed"}
+ENDPOINT_OF_PIPELINE = {v: k for k, v in PIPELINE_OF_ENDPOINT.items()}
 
 
 @dataclass
@@ -37,7 +41,7 @@ class Limits:
 class Route:
     endpoint: str
     model_name: str
-    predictor: Predictor
+    predictor: Pipeline  # the same object `bertfam.pipeline()` returns: one code path for Python and HTTP
     batcher: DynamicBatcher
 
 
@@ -58,7 +62,7 @@ class Service:
         for k, ((name, model), info) in enumerate(zip(models, self.models)):
             ex = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{name}")
             self._executors.append(ex)  # one thread per model: its calls run in turn, the event loop stays free
-            wanted = [ENDPOINT_OF_TASK[model.task]] if model.task in ENDPOINT_OF_TASK else []
+            wanted = [ENDPOINT_OF_PIPELINE[TASK_OF_HEAD[model.task]]] if model.task in TASK_OF_HEAD else []
             if k == embed_owner:
                 wanted.append("embed")
             for ep in wanted:
@@ -70,11 +74,11 @@ class Service:
                 info["endpoints"].append(ep)
 
     def _route(self, ep: str, name: str, model, executor, mrc_max_length, mrc_doc_stride) -> Route:
-        if ep == "mrc":
-            pred = MRCServingPredictor(model, mrc_max_length, mrc_doc_stride)
-        else:
-            pred = PREDICTOR_OF_ENDPOINT[ep](model)
         lim = self.limits
+        if ep == "mrc":
+            pred = MRCPipeline(model, lim.max_batch, mrc_max_length, mrc_doc_stride)
+        else:
+            pred = PIPELINES[PIPELINE_OF_ENDPOINT[ep]](model, lim.max_batch)
         batcher = DynamicBatcher(pred.predict_batch, executor, lim.max_batch, lim.batch_wait_ms, lim.max_queue,
                                  name=f"{ep}@{name}")
         return Route(ep, name, pred, batcher)

@@ -1,24 +1,34 @@
-"""One predictor per served task, each turning a batch of request items into a batch of JSON-ready results.
+"""`pipeline(task, model)`: one object per task that turns raw inputs into readable answers.
 
-A predictor wraps a model loaded with `bertfam.from_pretrained` and its `model.tokenizer`:
-classify (classification / regression heads), ner (token head), fill-mask (mlm / pretraining heads),
-mrc (span head, through `bertfam.tasks.mrc.MRCPredictor`) and embed (any model's backbone).
-`check(item)` runs cheap per-item validation before an item is queued; `predict_batch(items)` runs the
-model once for the whole batch. Problems caused by an item raise `InputError`, naming the field.
+    from bertfam import pipeline
+    clf = pipeline("classification", "runs/tnews")
+    clf(["他家的菜很好吃", "股市今天大跌"])  # -> [{"label": "news_food", "score": ..., ...}, ...]
+
+Tasks: classification (classification and regression heads), ner (token head), fill-mask (mlm and
+pretraining heads), embed (any model's backbone), mrc (span head, through `tasks.mrc.MRCPredictor`).
+`task=None` takes the task from the model's head. A pipeline takes one input or a list, batches a list
+`batch_size` items per model call, and returns one result per input, in order. Labels come back by
+name, and by readable name where the training data had one (TNEWS "104" -> "news_finance").
+
+`bertfam serve` answers every request through these same objects (`check` per item before queueing,
+`predict_batch` per batch), so the Python API and the HTTP API cannot drift apart. An item the model
+cannot answer raises `InputError`, which names the field.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional, Union
 
 import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
 
-# head task -> endpoint that serves it
-ENDPOINT_OF_TASK = {"classification": "classify", "regression": "classify", "token": "ner", "mlm": "fill-mask",
-                    "pretraining": "fill-mask", "span": "mrc"}
-ENDPOINTS = ("mrc", "classify", "ner", "embed", "fill-mask")
+# head task -> pipeline task that answers with it
+TASK_OF_HEAD = {"classification": "classification", "regression": "classification", "token": "ner",
+                "mlm": "fill-mask", "pretraining": "fill-mask", "span": "mrc"}
+ALIASES = {"text-classification": "classification", "sentiment-analysis": "classification", "classify": "classification",
+           "token-classification": "ner", "feature-extraction": "embed", "embeddings": "embed",
+           "question-answering": "mrc"}
 
 
 class InputError(ValueError):
@@ -46,18 +56,51 @@ def _model_inputs(enc) -> dict:
     return {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
 
 
-class Predictor:
-    endpoint = ""
+class Pipeline:
+    """Base: holds the model in eval mode, its tokenizer and its window; maps inputs to items."""
 
-    def __init__(self, model):
+    task = ""
+    text_field = "text"  # a bare string input fills this field
+
+    def __init__(self, model, batch_size: int = 32):
         if model.tokenizer is None:
-            raise ConfigError("the model directory has no tokenizer (vocab.txt or tokenizer.json); serving needs one")
+            raise ConfigError("the model directory has no tokenizer (vocab.txt or tokenizer.json); "
+                              "a pipeline needs one")
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         self.model = model.eval()
         self.tok = model.tokenizer
         self.window = window_of(model)
+        self.batch_size = batch_size
+
+    def __call__(self, inputs: Union[str, dict, list], **options) -> Union[dict, list[dict]]:
+        """One input -> one result; a list -> a list of results. Options (e.g. top_k) apply to every item."""
+        single = not isinstance(inputs, list)
+        items = [self.as_item(x, options) for x in ([inputs] if single else inputs)]
+        for i, it in enumerate(items):
+            try:
+                self.check(it)
+            except InputError as e:
+                raise InputError(e.field if single else f"[{i}].{e.field}", e.message) from None
+        out: list[dict] = []
+        for a in range(0, len(items), self.batch_size):
+            out += self.predict_batch(items[a:a + self.batch_size])
+        return out[0] if single else out
+
+    def as_item(self, x: Any, options: dict) -> dict:
+        if isinstance(x, str):
+            item = {self.text_field: x}
+        elif isinstance(x, dict):
+            item = dict(x)
+        else:
+            raise InputError("input", f"expected a string or a dict, got {type(x).__name__}")
+        return {**options, **item}
 
     def check(self, item: dict) -> None:
         """Raise InputError for an item that cannot be answered (cheap: runs before queueing)."""
+        v = item.get(self.text_field)
+        if not isinstance(v, str):
+            raise InputError(self.text_field, "required (a string)")
 
     def predict_batch(self, items: list[dict]) -> list[dict]:
         raise NotImplementedError
@@ -67,10 +110,21 @@ class Predictor:
             return self.model(**inputs)
 
 
-class ClassifyPredictor(Predictor):
-    """{text, text_pair?} -> {label, score, probabilities} (regression: {score}); long inputs are truncated."""
+class ClassificationPipeline(Pipeline):
+    """{text, text_pair?} or (text, text_pair) -> {label, score, probabilities, truncated}, plus `code`
+    when the label has a readable name; regression: {score, truncated}. Long inputs are truncated."""
 
-    endpoint = "classify"
+    task = "classification"
+
+    def as_item(self, x: Any, options: dict) -> dict:
+        if isinstance(x, (tuple, list)) and len(x) == 2:
+            x = {"text": x[0], "text_pair": x[1]}
+        return super().as_item(x, options)
+
+    def check(self, item: dict) -> None:
+        super().check(item)
+        if item.get("text_pair") is not None and not isinstance(item["text_pair"], str):
+            raise InputError("text_pair", "must be a string")
 
     def predict_batch(self, items: list[dict]) -> list[dict]:
         out: list[Optional[dict]] = [None] * len(items)
@@ -90,19 +144,24 @@ class ClassifyPredictor(Predictor):
         if self.model.task == "regression":
             return {"score": float(logits[0]), "truncated": truncated}
         probs = torch.softmax(logits, -1)
-        names = _label_names(self.model)
+        codes = _label_names(self.model)
+        readable = self.model.config.head.label_descriptions
+        names = [readable.get(c, c) for c in codes]
         best = int(probs.argmax())
-        return {"label": names[best], "score": float(probs[best]),
-                "probabilities": {n: float(p) for n, p in zip(names, probs)}, "truncated": truncated}
+        res = {"label": names[best], "score": float(probs[best]),
+               "probabilities": {n: float(p) for n, p in zip(names, probs)}, "truncated": truncated}
+        if readable:
+            res["code"] = codes[best]
+        return res
 
 
-class NERPredictor(Predictor):
+class NERPipeline(Pipeline):
     """{text} -> {entities: [{type, text, start, end (character offsets, end exclusive), score}]}.
 
     Texts longer than the window are split into overlapping windows; each token keeps the tag from the
     window where it has the most context on both sides (as BERT's SQuAD code does)."""
 
-    endpoint = "ner"
+    task = "ner"
 
     def predict_batch(self, items: list[dict]) -> list[dict]:
         texts = [it["text"] for it in items]
@@ -138,7 +197,7 @@ class NERPredictor(Predictor):
 
     @staticmethod
     def _entities(text: str, tokens: dict, names: list[str]) -> list[dict]:
-        from ..tasks.decoding import tags_to_spans
+        from .decoding import tags_to_spans
 
         spans = sorted(tokens)  # token character spans in text order
         tags = [_as_tag(names[tokens[s][1]]) for s in spans]
@@ -157,10 +216,15 @@ def _as_tag(label: str) -> str:
     return f"I-{label}"
 
 
-class EmbedPredictor(Predictor):
-    """{text, pooling: mean|cls, normalize} -> {vector}; uses the backbone whatever the head."""
+class EmbedPipeline(Pipeline):
+    """{text, pooling: mean|cls, normalize} -> {vector, truncated}; uses the backbone whatever the head."""
 
-    endpoint = "embed"
+    task = "embed"
+
+    def check(self, item: dict) -> None:
+        super().check(item)
+        if item.get("pooling", "mean") not in ("mean", "cls"):
+            raise InputError("pooling", f"must be 'mean' or 'cls', got {item['pooling']!r}")
 
     def predict_batch(self, items: list[dict]) -> list[dict]:
         enc = self.tok([it["text"] for it in items], max_length=self.window)
@@ -178,17 +242,21 @@ class EmbedPredictor(Predictor):
         return out
 
 
-class FillMaskPredictor(Predictor):
+class FillMaskPipeline(Pipeline):
     """{text with [MASK], top_k} -> {predictions: [[{token, score, id}] per [MASK], in text order]}."""
 
-    endpoint = "fill-mask"
+    task = "fill-mask"
 
     def check(self, item: dict) -> None:
+        super().check(item)
         mask = self.tok.mask_token
         if self.tok.mask_token_id is None:
             raise InputError("text", "this model's vocabulary has no mask token")
         if mask not in item["text"]:
             raise InputError("text", f"must contain at least one {mask}")
+        k = item.get("top_k", 5)
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise InputError("top_k", f"must be an integer >= 1, got {k!r}")
 
     def predict_batch(self, items: list[dict]) -> list[dict]:
         enc = self.tok([it["text"] for it in items], max_length=self.window)
@@ -213,27 +281,40 @@ class FillMaskPredictor(Predictor):
         return out
 
 
-class MRCServingPredictor(Predictor):
-    """{question, passage, title?} -> {answer, start, end, score, answerable}; long passages are read in
-    overlapping windows by bertfam.tasks.mrc.MRCPredictor (which owns all span decoding)."""
+class MRCPipeline(Pipeline):
+    """{question, passage (or context), title?} -> {answer, start, end, score, answerable}; long passages
+    are read in overlapping windows by `tasks.mrc.MRCPredictor` (which owns all span decoding)."""
 
-    endpoint = "mrc"
+    task = "mrc"
+    text_field = "question"
 
-    def __init__(self, model, max_length: Optional[int] = None, doc_stride: Optional[int] = None):
-        super().__init__(model)
-        from ..tasks.mrc import MRCPredictor
+    def __init__(self, model, batch_size: int = 32, max_length: Optional[int] = None,
+                 doc_stride: Optional[int] = None):
+        super().__init__(model, batch_size)
+        from .mrc import MRCPredictor
 
         extra = model.config.head.extra
         max_length = min(max_length or int(extra.get("max_length", 384)), self.window)
         doc_stride = doc_stride or int(extra.get("doc_stride", 128))
         self.inner = MRCPredictor(model, model.tokenizer, max_length=max_length,
-                                  doc_stride=min(doc_stride, max_length // 2))
+                                  doc_stride=min(doc_stride, max_length // 2), batch_size=batch_size)
+
+    def as_item(self, x: Any, options: dict) -> dict:
+        item = super().as_item(x, options)
+        if "passage" not in item and "context" in item:  # the transformers / SQuAD name
+            item["passage"] = item.pop("context")
+        return item
 
     def check(self, item: dict) -> None:
         # long questions are cut to MRCPredictor's max_query_length tokens; blank ones cannot be answered
         for field in ("question", "passage"):
-            if not item[field].strip():
+            v = item.get(field)
+            if not isinstance(v, str):
+                raise InputError(field, "required (a string)")
+            if not v.strip():
                 raise InputError(field, "must not be empty or blank")
+        if item.get("title") is not None and not isinstance(item["title"], str):
+            raise InputError("title", "must be a string")
 
     def predict_batch(self, items: list[dict]) -> list[dict]:
         res = self.inner.predict_batch([{"question": it["question"], "passage": it["passage"],
@@ -242,5 +323,36 @@ class MRCServingPredictor(Predictor):
                  "answerable": bool(r["answerable"])} for r in res]
 
 
-PREDICTOR_OF_ENDPOINT = {"classify": ClassifyPredictor, "ner": NERPredictor, "fill-mask": FillMaskPredictor,
-                         "mrc": MRCServingPredictor, "embed": EmbedPredictor}
+PIPELINES = {"classification": ClassificationPipeline, "ner": NERPipeline, "fill-mask": FillMaskPipeline,
+             "mrc": MRCPipeline, "embed": EmbedPipeline}
+# which head tasks each pipeline can answer with (embed: any model, through its backbone)
+HEADS_OF = {t: [h for h, p in TASK_OF_HEAD.items() if p == t] for t in PIPELINES}
+
+
+def pipeline(task: Optional[str] = None, model=None, *, batch_size: int = 32, **options) -> Pipeline:
+    """A pipeline for `task` on `model` (a model directory, or a model from `bertfam.from_pretrained`).
+
+    task None: the model's own head decides (an encoder without a head gives "embed"). Aliases in the
+    transformers style are accepted ("text-classification", "token-classification", "question-answering",
+    "feature-extraction"). MRC options: max_length, doc_stride (default: the model's training windows)."""
+    if model is None:
+        raise ConfigError("pipeline() needs model= (a model directory or a loaded model)")
+    if isinstance(model, str):
+        from ..loading import from_pretrained
+
+        model = from_pretrained(model)
+    head = model.config.head.task
+    name = ALIASES.get(task, task) if task is not None else TASK_OF_HEAD.get(head, "embed")
+    if name not in PIPELINES:
+        raise ConfigError(f"unknown pipeline task {task!r}; valid: {', '.join(PIPELINES)} "
+                          f"(or {', '.join(ALIASES)})")
+    if name != "embed" and head not in HEADS_OF[name]:
+        raise ConfigError(f"a {name} pipeline needs a {' or '.join(HEADS_OF[name])} head; this model has "
+                          f"{'no head' if head is None else 'a ' + head + ' head'}"
+                          + (f" (its pipeline is {TASK_OF_HEAD[head]!r})" if head in TASK_OF_HEAD else ""))
+    if options and name != "mrc":
+        raise ConfigError(f"unknown {name} pipeline option(s): {', '.join(sorted(options))}")
+    unknown = set(options) - {"max_length", "doc_stride"}
+    if unknown:
+        raise ConfigError(f"unknown mrc pipeline option(s): {', '.join(sorted(unknown))}")
+    return PIPELINES[name](model, batch_size=batch_size, **options)
