@@ -100,6 +100,19 @@ def test_vocab_training(tmp_path):
     assert (tmp_path / "v" / "vocab.txt").exists()
 
 
+def test_vocab_training_refuses_a_corpus_without_text(tmp_path):
+    from bertfam.tokenization import train_vocab
+
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n   \n\t\n")
+    (tmp_path / "control.txt").write_bytes(b"\x01\x02\x03\n")  # BERT's normaliser removes these
+    with pytest.raises(TokenizerError, match="empty.txt, .*blank.txt: no text to learn a vocabulary from"):
+        train_vocab([str(tmp_path / "empty.txt"), str(tmp_path / "blank.txt")], 100, str(tmp_path / "v"))
+    with pytest.raises(TokenizerError, match="control.txt: no token survived normalisation"):
+        train_vocab([str(tmp_path / "control.txt")], 100, str(tmp_path / "v"))
+    assert not (tmp_path / "v" / "vocab.txt").exists()
+
+
 def test_tokenizer_errors(tmp_path):
     with pytest.raises(TokenizerError, match="not found"):
         Tokenizer.from_pretrained(str(tmp_path / "nope"))

@@ -259,6 +259,17 @@ def _read_optional_json(path: str) -> dict:
     return d if isinstance(d, dict) else {}
 
 
+def _has_text(path: str, chunk: int = 1 << 20) -> bool:
+    """Any non-blank byte in the file (read a chunk at a time: corpora can be gigabytes)."""
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                return False
+            if b.strip():
+                return True
+
+
 def train_vocab(files: Sequence[str], vocab_size: int, out_dir: str, lowercase: bool = True,
                 min_frequency: int = 2, limit_alphabet: int = 10000) -> Tokenizer:
     """Train a WordPiece vocabulary (BERT normalization, CJK characters as single tokens)."""
@@ -267,7 +278,8 @@ def train_vocab(files: Sequence[str], vocab_size: int, out_dir: str, lowercase: 
     for f in files:
         if not os.path.isfile(f):
             raise TokenizerError(f"{f}: corpus file not found")
-    specials = list(BERT_SPECIALS.values())
+    if not any(_has_text(f) for f in files):
+        raise TokenizerError(f"{', '.join(files)}: no text to learn a vocabulary from (empty or blank)")
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = HFTokenizer(WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, lowercase=lowercase)
@@ -276,6 +288,9 @@ def train_vocab(files: Sequence[str], vocab_size: int, out_dir: str, lowercase: 
                                limit_alphabet=limit_alphabet, continuing_subword_prefix="##")
     tok.train(list(files), trainer)
     vocab = tok.get_vocab()
+    if len(vocab) <= len(specials):  # e.g. only control characters, which BERT's normaliser removes
+        raise TokenizerError(f"{', '.join(files)}: no token survived normalisation; nothing to learn a vocabulary "
+                             f"from")
     t = Tokenizer(bert_wordpiece(vocab, lowercase), do_lower_case=lowercase)
     t.save_pretrained(out_dir)
     return t
