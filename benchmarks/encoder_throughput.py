@@ -154,8 +154,8 @@ def load_engine(engine: str, kind: str, d: str):
         import bertfam
 
         model = bertfam.from_pretrained(os.path.join(d, "hf"), task="mlm" if kind == "train" else None)
-        if kind == "infer":
-            model = model.backbone
+        if kind == "infer":  # prediction as the predictors run it: buffer reuse on (modeling/optimize.py)
+            model = bertfam.optimize_for_inference(model.backbone)
         keys = ("input_ids", "attention_mask", "token_type_ids") + (("labels", "masked_positions")
                                                                     if kind == "train" else ())
     if kind == "infer":

@@ -44,7 +44,7 @@ def carve(path: str, n_train: int, n_dev: int, seed: int, tmp: str) -> tuple[str
 
 
 def run_bertfam(model_dir: str, train: str, dev: str, out: str, a) -> dict:
-    from bertfam.finetune import finetune
+    from bertfam.runners.finetune import finetune
 
     t0, c0 = time.perf_counter(), time.process_time()
     r = finetune("sst2", model_dir, train, dev, out, epochs=1, batch_size=a.batch_size, lr=a.lr,
@@ -137,7 +137,7 @@ def main() -> None:
     torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
     import transformers.models.bert.modeling_bert  # noqa: F401
 
-    import bertfam.finetune  # noqa: F401
+    import bertfam.runners.finetune  # noqa: F401
     tmp = tempfile.mkdtemp(prefix="bench-sst2-")
     train, dev = carve(a.sst2, a.n_train, a.n_dev, a.seed, tmp)
     results = {"bertfam": [], "transformers": []}

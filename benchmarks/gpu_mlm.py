@@ -12,7 +12,7 @@ Engines, all with bf16 autocast on CUDA (fp32 on CPU), fused AdamW, dropout on:
 - `bertfam`: TaskModel (MLM head on the masked positions only), unpadded with the nested-jagged SDPA
   kernel (the CUDA default: flash / memory-efficient varlen kernels);
 - `bertfam-pad`: the same unpadded encoder with the "pad" attention kernel (re-pad for attention only);
-- `bertfam-padded`: the padded path (`unpad=False`), the like-for-like comparison with transformers;
+- `bertfam-padded`: the padded path (`packed=False`), the like-for-like comparison with transformers;
 - `transformers`: BertForMaskedLM (sdpa), logits on every position, as its users run it.
 Cases: `train 128` (every sequence 128 tokens: the MosaicBERT-style headline), `train 16-512` (lengths
 uniform in 16-512: padding matters) and `infer 16-512` (forward only, inference_mode).
@@ -84,10 +84,10 @@ def make_engine(name: str, kind: str, d: str, device: torch.device, amp):
     else:
         model = bertfam.from_pretrained(os.path.join(d, "bertfam"), task="mlm" if kind == "train" else None,
                                         load_tokenizer=False).to(device)
-        if kind == "infer":
-            model = model.backbone
+        if kind == "infer":  # prediction as the predictors run it (modeling/optimize.py)
+            model = bertfam.optimize_for_inference(model.backbone)
         keys = ("input_ids", "attention_mask", "token_type_ids", "labels", "masked_positions")
-        extra = {"unpad": False} if name == "bertfam-padded" else {}
+        extra = {"packed": False} if name == "bertfam-padded" else {}
 
     def feed(b):  # b is already on the device
         f = {k: v for k, v in b.items() if k in keys}
@@ -145,7 +145,7 @@ def parity(d: str, device: torch.device, vocab: int) -> dict:
     m = b["attention_mask"].bool()
     with torch.inference_mode():
         a = ours.backbone(**b).last_hidden_state
-        p = ours.backbone(**b, unpad=False).last_hidden_state
+        p = ours.backbone(**b, packed=False).last_hidden_state
         h = hf(**b).last_hidden_state
     return {"unpadded_vs_padded": float((a - p)[m].abs().max()),
             "bertfam_vs_transformers": float((a - h)[m].abs().max())}

@@ -56,13 +56,14 @@ def run_bertfam(args, train, sets) -> dict:
     from mrc_checklist_eval import answers as decide
 
     from bertfam.tasks.mrc import MRCPredictor, decode, load_span_model, train_mrc, tune_on_raw
+    from bertfam.training import TrainConfig
 
     model = load_span_model(args.base, seed=args.seed)
-    tc = dict(max_steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_ratio=args.warmup_ratio,
-              seed=args.seed, log_every=20, group_by_length=True, progress=False)  # model kept in OUT/bertfam
+    tc = TrainConfig(max_steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_ratio=args.warmup_ratio,
+                     seed=args.seed, log_every=20, group_by_length=True, progress=False)  # model kept in OUT/bertfam
     t0 = time.perf_counter()
     summary = train_mrc(model, train, os.path.join(args.out, "bertfam"), (), max_length=args.max_length,
-                        doc_stride=args.doc_stride, tune=False, train_config=tc)
+                        doc_stride=args.doc_stride, tune=False, train=tc)
     train_s = time.perf_counter() - t0
     pred = MRCPredictor(model, max_length=args.max_length, doc_stride=args.doc_stride)
     res = {"train_s": train_s, "train_tokens_per_s": summary["tokens_per_s"], "windows": summary["train_windows"]}

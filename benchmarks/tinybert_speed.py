@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from bertfam import build_model, preset
+from bertfam import build_model, optimize_for_inference, preset
 
 
 def count(model) -> int:
@@ -39,7 +39,7 @@ def main(argv=None) -> dict:
     p.add_argument("--out", help="write the result as JSON here")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
-    models = {name: build_model(preset(name, vocab_size=a.vocab_size), seed=0).eval()
+    models = {name: optimize_for_inference(build_model(preset(name, vocab_size=a.vocab_size), seed=0).eval())
               for name in ("bert-base", "tinybert-4l-312")}
     g = torch.Generator().manual_seed(0)
     batch = {"input_ids": torch.randint(1000, a.vocab_size, (a.batch_size, a.seq_len), generator=g),

@@ -35,14 +35,14 @@ def worker(args) -> dict:
     d = os.path.join(args.workdir, args.model)
     cfg = bertfam.ModelConfig.load(os.path.join(d, "bertfam", "config.json"))
     batches = bench.make_batches(args.case, cfg.vocab_size, scale=args.scale)
-    model = bertfam.from_pretrained(os.path.join(d, "hf"), task=None).backbone.eval()
+    model = bertfam.optimize_for_inference(bertfam.from_pretrained(os.path.join(d, "hf"), task=None).backbone.eval())
     keys = ("input_ids", "attention_mask", "token_type_ids")
 
     def engine(kernel):
         def run(b):
             os.environ["BERTFAM_VARLEN_KERNEL"] = kernel if kernel != "padded" else "loop"
             with torch.inference_mode():
-                model(**{k: b[k] for k in keys}, unpad=kernel != "padded")
+                model(**{k: b[k] for k in keys}, packed=kernel != "padded")
         return run
 
     fns = {f"bertfam unpadded, {k}": engine(k) for k in KERNELS}

@@ -3,6 +3,7 @@ from .config import HeadConfig, ModelConfig, preset, preset_names  # noqa: F401
 from .errors import BertfamError, CheckpointError, ConfigError, DataError, TokenizerError  # noqa: F401
 from .loading import from_pretrained  # noqa: F401
 from .modeling import BertfamModel, ModelOutput, TaskModel, build_model  # noqa: F401
+from .modeling.optimize import optimize_for_inference  # noqa: F401
 from .tasks.pipelines import pipeline  # noqa: F401
 from .tokenization import Tokenizer  # noqa: F401
 

@@ -74,7 +74,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.head, dict):
-            self.head = HeadConfig(**_known(HeadConfig, self.head, "head"))
+            self.head = HeadConfig(**known_fields(HeadConfig, self.head, "head"))
         self.validate()
 
     # ---------------------------------------------------------------- derived
@@ -127,7 +127,7 @@ class ModelConfig:
         d = dict(d)
         d.pop("bertfam_config_version", None)
         try:
-            return cls(**_known(cls, d, source))
+            return cls(**known_fields(cls, d, source))
         except TypeError as e:  # wrong value types that dataclass construction rejects
             raise ConfigError(f"{source}: {e}") from None
 
@@ -164,7 +164,7 @@ def check_max_length(cfg: ModelConfig, max_length: int, what: str = "max_length"
                           f"(max_position_embeddings {cfg.max_position_embeddings})")
 
 
-def _known(cls, d: dict, source: str) -> dict:
+def known_fields(cls, d: dict, source: str) -> dict:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - names)
     if unknown:
@@ -244,19 +244,3 @@ def preset(name: str, **overrides) -> ModelConfig:
     cfg.update(kw)
     cfg.update(overrides)
     return ModelConfig(**cfg)
-
-
-def resolve_config(spec: str, **overrides) -> ModelConfig:
-    """A preset name or a path to a JSON file (bertfam or Hugging Face config)."""
-    if os.path.isdir(spec):
-        spec = os.path.join(spec, "config.json")
-    if spec.endswith(".json") or os.path.isfile(spec):
-        d = read_json(spec)
-        if "bertfam_config_version" in d:
-            cfg = ModelConfig.from_dict(d, source=spec)
-        else:
-            from .convert.hf import config_from_hf
-
-            cfg = config_from_hf(d, source=spec)
-        return cfg.replace(**overrides) if overrides else cfg
-    return preset(spec, **overrides)

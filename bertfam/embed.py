@@ -17,6 +17,7 @@ import torch
 
 from .config import fit_max_length
 from .errors import ConfigError, DataError
+from .modeling.optimize import optimize_for_inference
 from .utils import atomic_path
 
 log = logging.getLogger("bertfam")
@@ -56,7 +57,7 @@ def embed_texts(model_or_dir, texts: Sequence, layers: Sequence[int] = (-1,), po
                 max_length: int = 128, batch_size: int = 32, tokens: bool = False) -> dict:
     """{"cls": (N, n_layers, H), "mean": (N, n_layers, H), "tokens": [per text: list of (token, (n_layers, H))]}.
     A text may be a (a, b) tuple for a pair."""
-    model = _load(model_or_dir).eval()
+    model = optimize_for_inference(_load(model_or_dir).eval())
     if model.tokenizer is None:
         raise DataError("the model directory has no tokenizer")
     for p in pooling:

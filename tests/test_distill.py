@@ -11,6 +11,7 @@ from bertfam import ConfigError, HeadConfig, Tokenizer, build_model, from_pretra
 from bertfam.distill import DistillConfig, DistillModel, attention_mse, soft_cross_entropy, uniform_layer_map
 from bertfam.distill.augment import MLMAugmenter
 from bertfam.distill.pipeline import distill_general, distill_task
+from bertfam.training import TrainConfig
 
 from .conftest import FIXTURES, ZH_VOCAB
 
@@ -112,7 +113,7 @@ def test_task_distillation_end_to_end(zh_teacher, tmp_path):
     data = os.path.join(FIXTURES, "kbert", "chnsenticorp.tsv")
     out = str(tmp_path / "student")
     s = distill_task(zh_teacher, student_json(tmp_path), "chnsenticorp", data, data, out, max_length=32,
-                     train_overrides=dict(batch_size=8, max_steps=1, progress=False, log_every=1))
+                     train=TrainConfig(batch_size=8, max_steps=1, progress=False, log_every=1))
     assert s["stage1"]["steps"] == 1 and s["stage2"]["steps"] == 1
     assert 0.0 <= s["student_dev"]["accuracy"] <= 100.0 and s["teacher_infer_s"] > 0
     st = from_pretrained(out)
@@ -128,7 +129,7 @@ def test_general_distillation_keeps_projection_in_checkpoints(zh_teacher, tmp_pa
                       encoding="utf-8")
     out = str(tmp_path / "general")
     s = distill_general(zh_teacher, student_json(tmp_path), [str(corpus)], out, max_length=32,
-                        train_overrides=dict(batch_size=8, max_steps=3, progress=False))
+                        train=TrainConfig(batch_size=8, max_steps=3, progress=False))
     assert s["steps"] == 3
     from safetensors import safe_open
 

@@ -112,7 +112,7 @@ def test_max_length_beyond_the_positions(tiny, tmp_path, capsys, caplog):
 
 def test_training_learns_a_separable_task(tiny, tmp_path):
     """A statistical check that fitting works end to end: two keyword classes, chance is 50%."""
-    from bertfam.finetune import finetune
+    from bertfam.runners.finetune import finetune
 
     rows = ["sentence\tlabel"] + [f"{w} {i}\t{1 if w == 'good' else 0}" for i in range(40) for w in ("good", "bad")]
     p = tmp_path / "kw.tsv"
@@ -145,7 +145,7 @@ def test_ner_finetune_predict_and_resume_files(tiny, tmp_path, capsys):
 
 
 def test_bmes_and_regression_with_carved_dev(tiny, tmp_path):
-    from bertfam.finetune import evaluate, finetune
+    from bertfam.runners.finetune import evaluate, finetune
 
     r = finetune("resume", tiny, fx("ner", "resume.bmes"), None, str(tmp_path / "r"), epochs=1, batch_size=4,
                  progress=False, save_checkpoints=False, dev_ratio=0.25)
@@ -347,7 +347,7 @@ def test_kbert_features_contract(tiny):
 
 def test_early_stopping_on_dev_metric(tiny, tmp_path):
     """lr 0: the dev metric can never improve, so patience 1 stops at the second evaluation."""
-    from bertfam.finetune import finetune
+    from bertfam.runners.finetune import finetune
 
     r = finetune("sst2", tiny, fx("glue", "SST-2", "train.tsv"), fx("glue", "SST-2", "dev.tsv"), str(tmp_path / "e"),
                  epochs=3, batch_size=8, lr=0.0, eval_every=1, early_stopping_patience=1, progress=False,

@@ -109,3 +109,22 @@ def test_roberta_positions_skip_padding():
     m = bertfam.build_model(cfg)
     ids = torch.tensor([[0, 5, 6, 2, 1, 1]])
     assert m.backbone.embeddings.position_ids_for(ids).tolist() == [[2, 3, 4, 5, 1, 1]]
+
+
+def test_one_head_per_task_and_its_parts_are_the_checkpoint_names(tiny_cfg):
+    from bertfam.modeling.heads import HEADS
+
+    for task, cls in HEADS.items():
+        m = _model(tiny_cfg, task=task, pair_objective="nsp", num_labels=3)
+        assert type(m.head) is cls and m.head.task == task
+        for name, part in m.head.parts.items():
+            assert getattr(m, name) is part and any(k.startswith(name + ".") for k in m.state_dict())
+    assert _model(tiny_cfg).head is None
+
+
+def test_mlm_labels_with_nothing_to_predict_give_a_zero_loss(tiny_cfg):
+    """The text and multimodal models share the MLM head: no target in the batch is a zero loss, not NaN."""
+    m = _model(tiny_cfg, task="mlm")
+    ids, am = _inputs()
+    out = m(ids, am, labels=torch.full((3, 10), -100))
+    assert float(out.loss.detach()) == 0.0 and out.loss.requires_grad

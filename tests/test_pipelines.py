@@ -74,7 +74,7 @@ def test_labels_with_readable_names_come_back_by_name(dirs, tmp_path):
 
 def test_finetune_keeps_tnews_label_descriptions(tmp_path):
     """Fine-tuning on a CLUE file with `label_desc` saves the names; the pipeline answers with them."""
-    from bertfam.finetune import finetune
+    from bertfam.runners.finetune import finetune
 
     from .serving_helpers import ZH_VOCAB
 

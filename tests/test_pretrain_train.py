@@ -121,6 +121,37 @@ def test_resuming_a_finished_run_changes_nothing(tiny, tmp_path, capsys):
     assert after.keys() == before.keys() and all(after[k] == before[k] for k in before)  # no step-4, no rotation
 
 
+def test_saved_run_config_nested_old_flat_and_as_run_file(tiny, tmp_path, capsys):
+    from bertfam.runners.pretrain import PretrainConfig
+
+    out = tmp_path / "run"
+    rc, _, err = cli(capsys, *_args(tiny, out, "--objective", "roberta", "--max-steps", "2", "--save-every", "1"))
+    assert rc == 0, err
+    saved = json.loads((out / "pretrain_config.json").read_text())
+    assert saved["train"]["out_dir"] == str(out) and saved["train"]["lr"] == 1e-3  # the trainer's fields, nested
+    assert "lr" not in saved and "out" not in saved and saved["objective"] == "roberta"
+    flat = PretrainConfig.flatten(saved)  # the layout older versions wrote: every field at the top level
+    assert flat["out"] == str(out) and flat["max_steps"] == 2 and "train" not in flat
+    assert PretrainConfig.from_dict(flat) == PretrainConfig.from_dict(saved)
+    (out / "pretrain_config.json").write_text(json.dumps(flat), encoding="utf-8")
+    rc, stdout, err = cli(capsys, "pretrain", "--resume", out / "checkpoints" / "step-2", "--max-steps", "3",
+                          "--no-progress", "--threads", "1")  # an old flat file, found from a checkpoint
+    assert rc == 0, err
+    assert "pre-trained 3 steps" in stdout and f"model in {out}" in stdout
+    resumed = json.loads((out / "pretrain_config.json").read_text())
+    assert resumed["train"]["max_steps"] == 3 and resumed["train"]["out_dir"] == str(out)
+    # a saved run config is a run file too: its train section gives the options of the same names; the run it
+    # records is not resumed (resume is --resume's)
+    assert resumed["resume"] == str(out / "checkpoints" / "step-2")
+    other = tmp_path / "other"
+    rc, stdout, err = cli(capsys, "pretrain", "--config", out / "pretrain_config.json", "--out", other,
+                          "--max-steps", "1", "--threads", "1")
+    assert rc == 0, err
+    again = json.loads((other / "pretrain_config.json").read_text())
+    assert again["train"] == {**resumed["train"], "out_dir": str(other), "max_steps": 1}
+    assert {**again, "train": None} == {**resumed, "train": None, "resume": None}
+
+
 def test_lean_checkpoint_options(tiny, tmp_path, capsys):
     lean = tmp_path / "lean"
     rc, _, err = cli(capsys, *_args(tiny, lean, "--objective", "roberta", "--max-steps", "2", "--save-every", "1",

@@ -64,7 +64,7 @@ def test_config_weight_mismatch_is_an_error_unless_ignored(clf_dir, tmp_path):
 
 def test_finetune_a_finetuned_model_on_a_task_with_other_labels(clf_dir, tmp_path):
     """A 2-label sentiment model fine-tuned on TNEWS (15 labels): a CheckpointError before re-heading."""
-    from bertfam.finetune import finetune
+    from bertfam.runners.finetune import finetune
 
     data = os.path.join(FIXTURES, "finetune", "clue", "tnews.json")
     r = finetune("tnews", clf_dir, data, None, str(tmp_path / "tn"), max_steps=1, batch_size=4, max_length=32,

@@ -224,6 +224,6 @@ def test_multimodal_run_file_and_model_config_together(monkeypatch, capsys, tmp_
     (tmp_path / "run.json").write_text(json.dumps({"model_config": "bert-mini", "lr": 0.01}))
     argv = ["multimodal", "pretrain", "--modality", "image", "--features", "f", "--out", "o"]
     assert cli.main([*argv, "--config", str(tmp_path / "run.json")]) == 0
-    assert seen["config"] == "bert-mini" and seen["train"]["lr"] == 0.01
+    assert seen["config"] == "bert-mini" and seen["train"].lr == 0.01
     assert cli.main([*argv, "--config", "bert-tiny", "--model-config", "bert-mini"]) == 2
     assert "drop --config" in capsys.readouterr().err

@@ -50,12 +50,12 @@ def model_of(service, ep):
 ])
 def test_every_endpoint_runs_the_buffer_reusing_encoder(client, ep, body, monkeypatch):
     """Prediction must take the fastest correct path: no autograd, eval mode, so the encoder reuses its
-    per-forward scratch buffers (bertfam/modeling/scratch.py); counted, not assumed."""
-    from bertfam.modeling import encoder
+    per-forward scratch buffers (optimize_for_inference, bertfam/modeling/optimize.py); counted, not assumed."""
+    from bertfam.modeling import optimize
 
     made = []
-    real = encoder.Scratch
-    monkeypatch.setattr(encoder, "Scratch", lambda: made.append(1) or real())
+    real = optimize.Scratch
+    monkeypatch.setattr(optimize, "Scratch", lambda: made.append(1) or real())
     r = client.post(f"/v1/{ep}", json=body)
     assert r.status_code == 200, r.text
     assert made, f"/v1/{ep} ran the encoder without the scratch buffers (autograd on, or train mode)"

@@ -88,7 +88,7 @@ def test_every_head_unpadded_equals_padded(family):
         real = kw["attention_mask"].bool()
         with torch.no_grad():
             for extra in ({}, _labels(cfg.head.task, cfg, kw, g)):
-                fast, slow = model(**kw, **extra), model(**kw, **extra, unpad=False)
+                fast, slow = model(**kw, **extra), model(**kw, **extra, packed=False)
                 diffs = _max_diff(fast, slow, real)
                 assert diffs and max(diffs.values()) <= TOL, (head, extra.keys(), diffs)
             # the default really is the unpadded path: padding positions hold zeros there, not in the padded one
@@ -104,7 +104,7 @@ def test_mlm_over_masked_positions_only(tiny_cfg):
     sel = labels != IGNORE
     with torch.no_grad():
         fast = model(**kw, labels=labels, masked_positions=sel)
-        slow = model(**kw, labels=labels, masked_positions=sel, unpad=False)
+        slow = model(**kw, labels=labels, masked_positions=sel, packed=False)
         full = model(**kw, labels=labels)
     assert fast.logits.shape == (int(sel.sum()), cfg.vocab_size)
     assert (fast.logits - slow.logits).abs().max() <= TOL
@@ -118,9 +118,9 @@ def test_gradients_match(tiny_cfg):
     kw = _batch(cfg, B=4, T=15, seed=5)
     labels = torch.randint(0, 4, kw["input_ids"].shape).masked_fill(kw["attention_mask"] == 0, IGNORE)
     grads = []
-    for unpad in (None, False):
+    for packed in (None, False):
         model = bertfam.build_model(cfg, seed=0).train()
-        model(**kw, labels=labels, unpad=unpad).loss.backward()
+        model(**kw, labels=labels, packed=packed).loss.backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 10
     worst = max(float((grads[0][n] - grads[1][n]).abs().max()) for n in grads[0])
@@ -139,12 +139,12 @@ def test_training_loss_trajectory_matches():
         batches.append(kw)
     batches = batches * 2
     curves = []
-    for unpad in (None, False):
+    for packed in (None, False):
         model = bertfam.build_model(cfg, seed=0).train()
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
         losses = []
         for kw in batches:
-            loss = model(**kw, unpad=unpad).loss
+            loss = model(**kw, packed=packed).loss
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -164,24 +164,23 @@ def test_padded_path_where_needed(tiny_cfg):
         # (B, T, T) visibility matrix: padded path, same outputs as forcing it
         vis = mask[:, None, :] * mask[:, :, None]
         vis[:, 0, 1] = 0
-        _, p, _ = bb.encode(ids, vis)
-        assert p is None
+        assert bb.encode(ids, vis).plan is None
         # attentions or hidden states requested: padded path (exact values at every position)
-        assert bb.encode(ids, mask, output_attentions=True)[1] is None
-        assert bb.encode(ids, mask, output_hidden_states=True)[1] is None
+        assert bb.encode(ids, mask, output_attentions=True).plan is None
+        assert bb.encode(ids, mask, output_hidden_states=True).plan is None
         # left padding (first position is padding): padded path
         left = mask.flip(1)
-        assert bb.encode(ids.flip(1), left)[1] is None
+        assert bb.encode(ids.flip(1), left).plan is None
         # forced off, per call and per model
-        assert bb.encode(ids, mask, unpad=False)[1] is None
-        assert bb.encode(ids, mask)[1] is not None
-        bb.unpad = False
-        assert bb.encode(ids, mask)[1] is None
-        bb.unpad = True
+        assert bb.encode(ids, mask, packed=False).plan is None
+        assert bb.encode(ids, mask).plan is not None
+        bb.packed = False
+        assert bb.encode(ids, mask).plan is None
+        bb.packed = True
         # no padding at all: the mask is dropped (same numbers as no mask)
         full = torch.ones_like(mask)
-        a, p, _ = bb.encode(ids, full)
-        assert p is None and torch.equal(a.last_hidden_state, bb(ids).last_hidden_state)
+        enc = bb.encode(ids, full)
+        assert enc.plan is None and torch.equal(enc.states, bb(ids).last_hidden_state)
 
 
 def test_targets_on_padding_fall_back_exactly(tiny_cfg):
@@ -194,7 +193,7 @@ def test_targets_on_padding_fall_back_exactly(tiny_cfg):
     assert kw["attention_mask"][2, -1] == 0
     with torch.no_grad():
         a = model(**kw, labels=labels)
-        b = model(**kw, labels=labels, unpad=False)
+        b = model(**kw, labels=labels, packed=False)
         c = model(**kw, labels=labels, masked_positions=labels != IGNORE)
     assert torch.equal(a.loss, b.loss) and abs(float(c.loss - b.loss)) <= TOL
 
@@ -206,7 +205,7 @@ def test_holes_in_the_mask(tiny_cfg):
     kw["attention_mask"][:, 3] = 0
     real = kw["attention_mask"].bool()
     with torch.no_grad():
-        d = _max_diff(model(**kw), model(**kw, unpad=False), real)
+        d = _max_diff(model(**kw), model(**kw, packed=False), real)
     assert max(d.values()) <= TOL, d
 
 
@@ -261,26 +260,15 @@ def test_length_grouped_prediction_keeps_order():
     assert seen_modes and all(seen_modes)
 
 
-# ---------------------------------------------------------------- scratch buffers (no-grad prediction)
-def _without_scratch(model, kw):
-    layers = model.backbone.encoder.layers
-    for layer in layers:
-        layer.reuse_buffers = False  # the plain path: every layer allocates its own results
-    try:
-        return model(**kw)
-    finally:
-        for layer in layers:
-            layer.reuse_buffers = True
-
-
+# ---------------------------------------------------------------- scratch buffers (optimize_for_inference)
 @pytest.mark.parametrize("family", sorted(FAMILY_CFGS))
 @pytest.mark.parametrize("act", ["gelu", "relu", "gelu_new"])
 @pytest.mark.parametrize("layout", ["packed", "full", "visibility", "hidden_states"])
 def test_scratch_buffers_are_bit_identical(family, act, layout, monkeypatch):
-    """No-grad forwards write the big intermediates into per-forward buffers reused by every layer
-    (bertfam/modeling/scratch.py); the outputs must equal the plain path's exactly, and the buffers
-    must really be used (counted) so the comparison is not plain path against plain path."""
-    from bertfam.modeling import scratch as scratch_mod
+    """After optimize_for_inference, no-grad forwards write the big intermediates into per-forward buffers
+    reused by every layer (bertfam/modeling/optimize.py); the outputs must equal the plain path's exactly,
+    and the buffers must really be used (counted) so the comparison is not plain path against plain path."""
+    from bertfam.modeling import optimize
     cfg = FAMILY_CFGS[family]()
     cfg.hidden_act = act
     model = bertfam.build_model(cfg, seed=1).eval()
@@ -293,15 +281,14 @@ def test_scratch_buffers_are_bit_identical(family, act, layout, monkeypatch):
     elif layout == "hidden_states":
         kw["output_hidden_states"] = True
     calls = []
-    real_get = scratch_mod.Scratch.get
-    monkeypatch.setattr(scratch_mod.Scratch, "get", lambda self, *a: calls.append(a[0]) or real_get(self, *a))
+    real_get = optimize.Scratch.get
+    monkeypatch.setattr(optimize.Scratch, "get", lambda self, *a: calls.append(a[0]) or real_get(self, *a))
     with torch.inference_mode():
-        fast = model(**kw)
+        plain = model(**kw)
+        assert calls == []
+        fast = optimize.optimize_for_inference(model)(**kw)
         applications = sum(len(step) for step in model.backbone.encoder.schedule())  # ALBERT: groups x inner
         assert calls.count("wide") == applications, "scratch path not taken"
-        n = len(calls)
-        plain = _without_scratch(model, kw)
-        assert len(calls) == n
     assert torch.equal(fast.last_hidden_state, plain.last_hidden_state)
     assert torch.equal(fast.pooler_output, plain.pooler_output)
     if layout == "hidden_states":  # every layer's output survives the buffer reuse of the next layers
@@ -311,12 +298,12 @@ def test_scratch_buffers_are_bit_identical(family, act, layout, monkeypatch):
 
 def test_scratch_buffers_only_without_autograd(tiny_cfg, monkeypatch):
     """Training (grad on, or train mode with dropout) never takes the buffer-reusing path."""
-    from bertfam.modeling import encoder
+    from bertfam.modeling import optimize
     made = []
-    orig = encoder.Scratch
-    model = bertfam.build_model(tiny_cfg, seed=1)
+    orig = optimize.Scratch
+    model = optimize.optimize_for_inference(bertfam.build_model(tiny_cfg, seed=1))
     kw = _batch(tiny_cfg)
-    monkeypatch.setattr(encoder, "Scratch", lambda: made.append(1) or orig())
+    monkeypatch.setattr(optimize, "Scratch", lambda: made.append(1) or orig())
     model.train()
     model(**kw).last_hidden_state.sum().backward()
     with torch.no_grad():
@@ -331,18 +318,21 @@ def test_scratch_buffers_only_without_autograd(tiny_cfg, monkeypatch):
 
 def test_scratch_buffers_off_under_autocast(tiny_cfg):
     """autocast chooses each matmul's dtype; writing into float32 buffers would silently undo it."""
-    from bertfam.modeling import scratch
+    from bertfam.modeling import optimize
     with torch.no_grad():
-        assert scratch.enabled()
+        assert optimize.buffers_allowed()
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            assert not scratch.enabled()
-    assert not scratch.enabled()  # grad on
+            assert not optimize.buffers_allowed()
+    assert not optimize.buffers_allowed()  # grad on
 
 
 def test_compile_layers_turns_buffer_reuse_off(tiny_cfg):
     """compile_layers wraps attn_residual / ffn_block; the buffer-reusing forward would bypass them."""
     from bertfam.modeling.inference import compile_layers
-    model = bertfam.build_model(tiny_cfg, seed=0).eval()
-    assert all(layer.reuse_buffers for layer in model.backbone.encoder.layers)
+    from bertfam.modeling.optimize import is_compiled, optimize_for_inference, reuses_buffers
+    model = optimize_for_inference(bertfam.build_model(tiny_cfg, seed=0).eval())
+    assert reuses_buffers(model)
     compile_layers(model)  # wrapping is lazy: nothing compiles until a call
-    assert not any(layer.reuse_buffers for layer in model.backbone.encoder.layers)
+    assert not reuses_buffers(model) and is_compiled(model.backbone.encoder)
+    optimize_for_inference(model)  # a compiled model stays compiled
+    assert not reuses_buffers(model) and is_compiled(model.backbone.encoder)

@@ -145,6 +145,20 @@ def checkpoint_options(args) -> dict:
     return opts
 
 
+def train_config(args, base=None, **fixed):
+    """The run's TrainConfig: `base` (default TrainConfig()) with every option whose destination is a
+    TrainConfig field (--lr -> lr, --no-progress -> progress, --final-only -> checkpoints ...; an option
+    left unset or None keeps base's value), then `fixed` (what the command decides itself)."""
+    import dataclasses
+
+    from ..training import TrainConfig
+
+    checkpoint_options(args)  # refuses --final-only with --save-every in the options' words
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    given = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    return dataclasses.replace(base if base is not None else TrainConfig(), **{**given, **fixed})
+
+
 def add_threads_arg(p) -> None:
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's own)")
 
@@ -241,11 +255,15 @@ class RunConfig:
                 setattr(args, dest, d)
         self.check_required(args, path)
 
+    def load(self, path: str) -> dict:
+        """The file's mapping (a subclass may rewrite it into option keys first)."""
+        return read_run_file(path)
+
     def read(self, path: str) -> dict:
         """The file's values, converted and range-checked as the same options on the command line are."""
         from ..errors import ConfigError
 
-        d = {str(k).replace("-", "_"): v for k, v in read_run_file(path).items()}
+        d = {str(k).replace("-", "_"): v for k, v in self.load(path).items()}
         unknown = sorted(k for k in d if k not in self.keys)
         if unknown:
             raise ConfigError(f"{path}: unknown field(s) {', '.join(unknown)} (keys are the options of "

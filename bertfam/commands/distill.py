@@ -1,8 +1,8 @@
 """`bertfam distill`: TinyBERT general (--corpus) or task-specific (--task) distillation."""
 from __future__ import annotations
 
-from .common import (add_checkpoint_args, add_grad_accum_arg, add_run_config, add_threads_arg, checkpoint_options,
-                     non_negative_float, open_fraction, positive_float, positive_int, probability, seed, set_threads)
+from .common import (add_checkpoint_args, add_grad_accum_arg, add_run_config, add_threads_arg, non_negative_float,
+                     open_fraction, positive_float, positive_int, probability, seed, set_threads, train_config)
 
 
 def register(sub) -> None:
@@ -39,7 +39,7 @@ def register(sub) -> None:
     p.add_argument("--log-every", type=positive_int, default=10)
     p.add_argument("--seed", type=seed, default=42)
     add_threads_arg(p)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
     add_checkpoint_args(p)
     p.set_defaults(func=add_run_config(p, _distill))
 
@@ -75,14 +75,11 @@ def _distill(args) -> int:
     from ..distill.pipeline import distill_general, distill_task
 
     set_threads(args)
-    over = dict(batch_size=args.batch_size, lr=args.lr, grad_accum=args.grad_accum, max_steps=args.max_steps,
-                log_every=args.log_every, progress=not args.no_progress, **checkpoint_options(args))
+    tc = train_config(args)  # --epochs: general distillation's; the task stages have their own
     lm = _layer_map(args.layer_map)
     if args.corpus:
-        over["epochs"] = args.epochs
         s = distill_general(args.teacher, args.student_config, args.corpus, args.out, max_length=args.max_length,
-                            mask_rate=args.mask_rate, layer_map=lm, projection=args.projection,
-                            train_overrides=over, seed=args.seed)
+                            mask_rate=args.mask_rate, layer_map=lm, projection=args.projection, train=tc)
     else:
         aug = None
         if args.augment_mlm:
@@ -99,7 +96,7 @@ def _distill(args) -> int:
                          max_length=args.max_length, epochs_intermediate=args.epochs_intermediate,
                          epochs_prediction=args.epochs_prediction, temperature=args.temperature, layer_map=lm,
                          projection=args.projection, augmenter=aug, max_train=args.max_train,
-                         max_dev=args.max_dev, train_overrides=over, seed=args.seed)
+                         max_dev=args.max_dev, train=tc)
     from ..training.distributed import is_main_process
 
     if is_main_process():  # under torchrun every rank ends here

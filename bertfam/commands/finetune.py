@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from .common import (add_checkpoint_args, add_optimization_args, add_run_config, add_threads_arg, checkpoint_options,
-                     float_range, int_range, non_negative_float, non_negative_int, open_fraction, positive_int,
-                     set_threads)
+from .common import (add_checkpoint_args, add_optimization_args, add_run_config, add_threads_arg, float_range,
+                     int_range, non_negative_float, non_negative_int, open_fraction, positive_int, set_threads,
+                     train_config)
 
 TASK_HELP = ("sst2, cola, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, tnews, iflytek, afqmc, ocnli, cmnli, "
              "csl, cluewsc, eprstmt, bustm, csldcp, cluener, msra, peoples_daily, resume, medical_ner, ner, "
@@ -19,17 +19,17 @@ def _train_args(p) -> None:
     p.add_argument("--weight-decay", type=non_negative_float, default=0.01)
     p.add_argument("--layerwise-lr-decay", type=float_range(0, 1, lo_open=True), default=None,
                    help="e.g. 0.95 (lower layers learn slower)")
-    p.add_argument("--early-stopping", type=positive_int, default=None, metavar="N",
+    p.add_argument("--early-stopping", dest="early_stopping_patience", type=positive_int, default=None, metavar="N",
                    help="stop after N evaluations without dev improvement")
     p.add_argument("--eval-every", type=non_negative_int, default=0,
                    help="optimizer steps between dev evaluations (0: per epoch)")
-    p.add_argument("--no-group-by-length", action="store_true", help="plain shuffled batches")
+    p.add_argument("--no-group-by-length", dest="group_by_length", action="store_false", help="plain shuffled batches")
     p.add_argument("--max-train", type=positive_int, default=None, help="random subset of this many training examples")
     p.add_argument("--dev-ratio", type=open_fraction, default=0.1, help="dev split carved from train when no --dev")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
     p.add_argument("--freeze-word-embeddings", action="store_true",
                    help="do not train the word-embedding matrix (fast with huge multilingual vocabularies)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
     add_threads_arg(p)
     add_checkpoint_args(p)
 
@@ -108,19 +108,13 @@ def _csv(s):
 
 
 def _options(args):
-    from ..finetune import FinetuneOptions
+    """FinetuneOptions of the command's options: the trainer's (TrainConfig fields, see _train_args) in `train`."""
+    from ..runners.finetune import FinetuneOptions
 
-    ck = checkpoint_options(args)
-    return FinetuneOptions(
-        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, max_length=args.max_length,
-        warmup_ratio=args.warmup_ratio, grad_accum=args.grad_accum, weight_decay=args.weight_decay,
-        layerwise_lr_decay=args.layerwise_lr_decay, early_stopping_patience=args.early_stopping,
-        eval_every=args.eval_every,
-        group_by_length=not args.no_group_by_length, seed=args.seed, max_train=args.max_train,
-        dev_ratio=args.dev_ratio, precision=args.precision, max_steps=args.max_steps, progress=not args.no_progress,
-        save_every=args.save_every, freeze_word_embeddings=args.freeze_word_embeddings,
-        kg=_csv(getattr(args, "kg", None)), resume=getattr(args, "resume", False),
-        save_checkpoints=ck["checkpoints"], keep_last=ck["keep_last"], save_optimizer_state=ck["save_optimizer_state"])
+    return FinetuneOptions(max_length=args.max_length, dev_ratio=args.dev_ratio, max_train=args.max_train,
+                           freeze_word_embeddings=args.freeze_word_embeddings, kg=_csv(getattr(args, "kg", None)),
+                           resume=getattr(args, "resume", False),
+                           train=train_config(args, FinetuneOptions.default_train()))
 
 
 def _task(args):
@@ -144,7 +138,7 @@ def _print_result(r: dict) -> None:
 
 
 def _finetune(args) -> int:
-    from ..finetune import finetune
+    from ..runners.finetune import finetune
     from ..training.distributed import is_main_process
 
     set_threads(args)
@@ -156,7 +150,7 @@ def _finetune(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from ..finetune import evaluate
+    from ..runners.finetune import evaluate
 
     r = evaluate(args.model, args.data, args.task, args.out, _csv(args.kg), max_length=args.max_length,
                  batch_size=args.batch_size)
@@ -165,7 +159,7 @@ def _evaluate(args) -> int:
 
 
 def _predict(args) -> int:
-    from ..finetune import predict
+    from ..runners.finetune import predict
 
     path = predict(args.model, args.data, args.out, args.task, _csv(args.kg), max_length=args.max_length,
                    batch_size=args.batch_size)
@@ -174,7 +168,7 @@ def _predict(args) -> int:
 
 
 def _glue(args) -> int:
-    from ..finetune import run_glue
+    from ..runners.finetune import run_glue
 
     from ..training.distributed import is_main_process
 

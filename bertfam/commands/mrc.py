@@ -6,7 +6,7 @@ import os
 import sys
 
 from .common import (add_checkpoint_args, add_optimization_args, add_run_config, add_threads_arg, check_window,
-                     checkpoint_options, float_range, non_negative_int, positive_int, set_threads)
+                     float_range, non_negative_int, positive_int, set_threads, train_config)
 
 
 def register(sub) -> None:
@@ -146,14 +146,11 @@ def _train(args) -> int:
         print("training questions per source: " + ", ".join(f"{k}: {v}" for k, v in by_src.items())
               + f"; dev questions: {len(dev)}", file=sys.stderr)
     model = load_span_model(args.model, args.vocab, seed=args.seed)
-    tc = dict(epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size, grad_accum=args.grad_accum,
-              lr=args.lr, warmup_ratio=args.warmup_ratio, seed=args.seed, log_every=args.log_every,
-              save_every=args.save_every, **checkpoint_options(args),
-              group_by_length=True, progress=sys.stderr.isatty())
+    tc = train_config(args, group_by_length=True, progress=sys.stderr.isatty())
     summary = train_mrc(model, train, args.out, dev, max_length=args.max_length or 384,
                         doc_stride=args.doc_stride if args.doc_stride is not None else 128,
                         max_query_length=args.max_query_length, use_title=not args.no_title,
-                        tune=args.tune_threshold, eval_limit=args.eval_limit or None, train_config=tc,
+                        tune=args.tune_threshold, eval_limit=args.eval_limit or None, train=tc,
                         dev_name=dev_name, resume_from=_resume_path(args.resume))
     summary["sources"] = [r.to_dict() for r in reports]
     from ..utils import atomic_write_text

@@ -6,8 +6,8 @@ import logging
 import os
 
 from .common import (RunConfig, add_checkpoint_args, add_grad_accum_arg, add_run_config, add_threads_arg, check_window,
-                     checkpoint_options, float_range, non_negative_int, open_fraction, positive_float, positive_int,
-                     probability, seed, set_threads)
+                     float_range, non_negative_int, open_fraction, positive_float, positive_int, probability, seed,
+                     set_threads, train_config)
 
 log = logging.getLogger("bertfam")
 
@@ -125,11 +125,9 @@ def is_model_config(value: str) -> bool:
 
 def _common(args) -> dict:
     from ..multimodal.config import AudioConfig
+    from ..multimodal.train import default_train
 
-    train = {"epochs": args.epochs, "max_steps": args.max_steps, "batch_size": args.batch_size, "lr": args.lr,
-             "warmup_ratio": args.warmup_ratio, "log_every": args.log_every, "eval_every": args.eval_every,
-             "save_every": args.save_every, "grad_accum": args.grad_accum, "progress": args.progress, "seed": args.seed,
-             **checkpoint_options(args)}
+    train = train_config(args, default_train())  # options left unset (None) keep the multimodal defaults
     audio = AudioConfig(sample_rate=args.sample_rate, n_mels=args.n_mels, stack=args.stack, max_frames=args.max_frames)
     kw = dict(vocab=args.vocab, config=args.model_config, init=args.init, manifest=args.manifest,
               eval_fraction=args.eval_fraction, seed=args.seed, audio=audio, train=train, resume=args.resume)
@@ -201,17 +199,13 @@ def pretrain_from_generic_args(args) -> int:
     onto `bertfam multimodal pretrain` (its --max-seq-len is our --max-length)."""
     from ..errors import ConfigError
     from ..multimodal.config import AudioConfig
-    from ..multimodal.train import pretrain
+    from ..multimodal.train import default_train, pretrain
 
     g = lambda name, default=None: getattr(args, name, default)  # noqa: E731 (options left out are absent)
     if not g("features") or not g("out"):
         raise ConfigError("pretrain --modality needs --features DIR and --out DIR")
     set_threads(args)
-    train = {"epochs": g("epochs"), "max_steps": g("max_steps"), "batch_size": g("batch_size"), "lr": g("lr"),
-             "warmup_ratio": g("warmup_ratio"), "log_every": g("log_every"), "eval_every": g("eval_every"),
-             "save_every": g("save_every"), "grad_accum": g("grad_accum"), "progress": g("progress", True),
-             "seed": g("seed"),
-             **checkpoint_options(args)}  # whichever checkpoint options `bertfam pretrain` has
+    train = train_config(args, default_train())  # the trainer options `bertfam pretrain` was given
     kw = {"max_length": g("max_seq_len")} if g("max_seq_len") else {}
     return _report(pretrain(g("modality"), g("features"), g("out"), vocab=g("vocab"),
                             config=g("model_config") or "bert-tiny", init=g("init"), codebook=g("codebook"),

@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from .common import (add_run_config, add_threads_arg, float_range, non_negative_float, non_negative_int, open_fraction,
-                     positive_float, positive_int, probability, seed, set_threads)
+from .common import (RunConfig, add_run_config, add_threads_arg, float_range, non_negative_float, non_negative_int,
+                     open_fraction, positive_float, positive_int, probability, read_run_file, seed, set_threads)
 
 S = argparse.SUPPRESS  # options left out do not appear: PretrainConfig (or the resumed run's own) supplies them
 
@@ -60,7 +60,7 @@ def register(sub) -> None:
                    help="multimodal pre-training (= bertfam multimodal pretrain; needs --features DIR)")
     p.add_argument("--features", default=S, metavar="DIR", help="with --modality: manifest.jsonl + feature files")
     p.add_argument("--codebook", default=S, help="with --modality video: visual-word codebook (.npz)")
-    p.set_defaults(func=add_run_config(p, _pretrain))
+    p.set_defaults(func=add_run_config(p, _pretrain, SavedRunConfig))
 
     p = sub.add_parser("pretrain-data", help="cache pre-training instances (static masking, dupe_factor)")
     _data_args(p)
@@ -76,21 +76,49 @@ def register(sub) -> None:
 
 
 _NOT_CONFIG = {"func", "command", "verbose", "config", "threads", "dupe_factor"}
+_RETIRED = ("stop_after_step",)  # testing fields that older run directories record
+
+
+class SavedRunConfig(RunConfig):
+    """--config also reads a saved OUT/pretrain_config.json: its "train" section (the TrainConfig) gives the
+    options of the same names (out_dir: --out). A trainer field that `bertfam pretrain` has no option for is
+    passed over when it holds the command's own value, and named as unknown otherwise. The run it records is
+    not resumed (its `resume` is left out): continuing a run is --resume RUN."""
+
+    def load(self, path: str) -> dict:
+        d = read_run_file(path)
+        if not isinstance(d.get("train"), dict):
+            return d
+        from ..runners.pretrain import PretrainConfig
+
+        default = PretrainConfig.default_train()
+        flat = PretrainConfig.flatten(d)
+        flat.pop("resume", None)
+        for k, v in d["train"].items():
+            name = "out" if k == "out_dir" else k
+            if name not in self.keys and v == getattr(default, k, object()):
+                flat.pop(name, None)
+        return flat
+
+
+def _saved_run_config(run_dir: str) -> dict:
+    """The saved run config of a run directory or of one of its checkpoints, flat ({} when there is none)."""
+    from ..config import read_json
+    from ..runners.pretrain import RUN_CONFIG_FILE, PretrainConfig
+
+    for cand in (os.path.join(run_dir, RUN_CONFIG_FILE), os.path.join(run_dir, "..", "..", RUN_CONFIG_FILE)):
+        if os.path.isfile(cand):
+            d = PretrainConfig.flatten(read_json(cand))  # older files are flat already
+            for k in _RETIRED:
+                d.pop(k, None)
+            return d
+    return {}
 
 
 def _merged(args) -> dict:
     """The resumed run's own config < the options (the command line's over the --config file's)."""
-    d: dict = {}
     resume = getattr(args, "resume", None)
-    if resume:
-        from ..config import read_json
-
-        for cand in (os.path.join(resume, "pretrain_config.json"),
-                     os.path.join(resume, "..", "..", "pretrain_config.json")):
-            if os.path.isfile(cand):
-                d.update(read_json(cand))
-                d.pop("stop_after_step", None)  # a retired testing field that older run directories record
-                break
+    d = _saved_run_config(resume) if resume else {}
     d.update({k: v for k, v in vars(args).items() if k not in _NOT_CONFIG})
     return {k.replace("-", "_"): v for k, v in d.items()}
 
@@ -100,7 +128,7 @@ def _pretrain(args) -> int:
         from .multimodal import pretrain_from_generic_args
 
         return pretrain_from_generic_args(args)
-    from ..pretrain import PretrainConfig, run_pretraining
+    from ..runners.pretrain import PretrainConfig, run_pretraining
 
     set_threads(args)
     d = _merged(args)
@@ -121,7 +149,7 @@ def _pretrain_data(args) -> int:
     from ..data.corpus import CorpusStats
     from ..errors import ConfigError
     from ..objectives.pipeline import check_nonempty, iter_instances, make_masker
-    from ..pretrain import PretrainConfig, load_tokenizer
+    from ..runners.pretrain import PretrainConfig, load_tokenizer
 
     d = _merged(args)
     pc = PretrainConfig.from_dict(d, source=getattr(args, "config", "run config"))
@@ -140,7 +168,7 @@ def _pretrain_data(args) -> int:
 
     masking, pair = pc.resolved()
     meta = {"objective": pc.objective, "masking": masking, "pair": pair, "max_seq_len": pc.max_seq_len,
-            "dupe_factor": args.dupe_factor, "mask_rate": pc.mask_rate, "seed": pc.seed, "corpus": list(pc.corpus)}
+            "dupe_factor": args.dupe_factor, "mask_rate": pc.mask_rate, "seed": pc.train.seed, "corpus": list(pc.corpus)}
     meta = write_cache(pc.out, items(), meta, static=args.dupe_factor > 0, tokenizer=tok)
     meta["corpus_stats"] = stats.summary()
     print(f"wrote {pc.out}: {meta['counts']['train']} training / {meta['counts']['eval']} evaluation instances "

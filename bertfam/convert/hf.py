@@ -281,27 +281,6 @@ def state_to_hf(cfg: ModelConfig, sd: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------- files
-def read_weights(path: str) -> tuple[dict, str]:
-    """Tensors of a checkpoint directory: model.safetensors, else pytorch_model.bin."""
-    st, pt = os.path.join(path, "model.safetensors"), os.path.join(path, "pytorch_model.bin")
-    if os.path.isfile(st):
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(st), st
-        except Exception as e:  # safetensors raises SafetensorError / OSError on bad files
-            raise CheckpointError(f"{st}: corrupt or unreadable weights ({str(e).splitlines()[0]})") from None
-    if os.path.isfile(pt):
-        try:
-            sd = torch.load(pt, map_location="cpu", weights_only=True)
-        except Exception as e:
-            raise CheckpointError(f"{pt}: corrupt or unreadable weights ({str(e).splitlines()[0]})") from None
-        if not isinstance(sd, dict):
-            raise CheckpointError(f"{pt}: expected a state dict")
-        return sd, pt
-    raise CheckpointError(f"{path}: no model.safetensors or pytorch_model.bin")
-
-
 def export_hf(model, out_dir: str) -> None:
     """Write a directory `transformers` loads with AutoModel / the matching *For* class."""
     from safetensors.torch import save_file

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..modeling.optimize import optimize_for_inference
 
 log = logging.getLogger("bertfam")
 
@@ -29,7 +30,7 @@ class MLMAugmenter:
             raise ConfigError("data augmentation: the vocabulary has no [MASK] token")
         if not 0.0 <= p_replace <= 1.0 or top_k < 1 or n_aug < 0:
             raise ConfigError("augmentation: need 0 <= p <= 1, top_k >= 1, n_aug >= 0")
-        self.model, self.tok = mlm_model.eval(), tokenizer
+        self.model, self.tok = optimize_for_inference(mlm_model.eval()), tokenizer
         self.top_k, self.p, self.n_aug, self.max_length = top_k, p_replace, n_aug, max_length
         self.rng = np.random.default_rng(seed)
         self.special = torch.tensor(sorted(tokenizer.all_special_ids))

@@ -14,6 +14,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..modeling.model import ModelOutput, TaskModel
+from ..modeling.optimize import optimize_for_inference
 from . import losses as L
 
 STAGES = ("general", "intermediate", "prediction")
@@ -68,7 +69,7 @@ class DistillModel(nn.Module):
         if cfg.stage == "prediction":
             self._check_heads(S, T)
         teacher.requires_grad_(False)
-        teacher.eval()
+        optimize_for_inference(teacher).eval()  # it only predicts: no-grad forwards reuse buffers
 
     def _layer_map(self, M: int, N: int) -> list:
         lm = list(self.cfg.layer_map) if self.cfg.layer_map else L.uniform_layer_map(M, N)

@@ -18,7 +18,8 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ..config import HeadConfig, resolve_config
+from ..checkpoint import resolve_config
+from ..config import HeadConfig
 from ..errors import ConfigError, DataError
 from ..loading import from_pretrained
 from ..modeling.model import TaskModel, build_model
@@ -61,16 +62,20 @@ def _summary_write(out_dir: str, summary: dict) -> None:
 # ------------------------------------------------------------------ general distillation
 def distill_general(teacher_dir: str, student_spec: str, corpus: Sequence[str], out_dir: str, *,
                     max_length: int = 128, mask_rate: float = 0.15, layer_map: Optional[list] = None,
-                    projection: str = "auto", train_overrides: Optional[dict] = None, seed: int = 42) -> dict:
+                    projection: str = "auto", train: Optional[TrainConfig] = None) -> dict:
+    """`train`: the trainer's settings (default TrainConfig(); out_dir is `out_dir`); its seed also draws
+    the student's initial weights and the instances."""
     from ..objectives.collator import PretrainCollator
     from ..objectives.masking import MaskingConfig
     from ..objectives.pipeline import DataConfig, build_instances, make_masker
 
+    tc = dataclasses.replace(train if train is not None else TrainConfig(), out_dir=out_dir)
+    seed = tc.seed
     teacher = from_pretrained(teacher_dir)
     tok = _need_tokenizer(teacher, teacher_dir)
     student = build_student(student_spec, teacher, HeadConfig(task=None), seed)
-    train, held, stats = build_instances(DataConfig(corpus=list(corpus), pair="none", max_seq_len=max_length,
-                                                    seed=seed), tok)
+    instances, held, stats = build_instances(DataConfig(corpus=list(corpus), pair="none", max_seq_len=max_length,
+                                                        seed=seed), tok)
     masker = make_masker(MaskingConfig(rate=mask_rate), tok, teacher.config.vocab_size)
     collate = PretrainCollator(masker, tok.pad_token_id, pair=False, masked_positions=False)
     dm = DistillModel(student, teacher, DistillConfig(stage="general", layer_map=layer_map, projection=projection))
@@ -79,11 +84,10 @@ def distill_general(teacher_dir: str, student_spec: str, corpus: Sequence[str], 
         tot = [model(**_to(collate(held[i:i + 32]), model)).loss.item() for i in range(0, len(held), 32)]
         return {"loss": sum(tot) / len(tot)} if tot else {}
 
-    tc = TrainConfig(out_dir=out_dir, seed=seed, **(train_overrides or {}))
-    res = _train(dm, tc, train, collate, eval_fn if held else None)
+    res = _train(dm, tc, instances, collate, eval_fn if held else None)
     student.save_pretrained(out_dir, tok)  # clean student directory (no projection tensors)
     summary = {"mode": "general", "teacher": teacher_dir, "student": student_spec, "corpus": stats.summary(),
-               "train_instances": len(train), "steps": res["steps"], "elapsed_s": res["elapsed_s"],
+               "train_instances": len(instances), "steps": res["steps"], "elapsed_s": res["elapsed_s"],
                "student_parameters": student.num_parameters()["total"],
                "teacher_parameters": teacher.num_parameters()["total"],
                "final_eval": [h for h in res["history"] if "eval_loss" in h][-1:]}
@@ -96,10 +100,14 @@ def distill_task(teacher_dir: str, student_spec: str, task: str, train_path: str
                  out_dir: str, *, max_length: int = 128, epochs_intermediate: float = 1,
                  epochs_prediction: float = 1, temperature: float = 1.0, layer_map: Optional[list] = None,
                  projection: str = "auto", augmenter: Optional[Callable] = None, max_train: Optional[int] = None,
-                 max_dev: Optional[int] = None, train_overrides: Optional[dict] = None, seed: int = 42) -> dict:
+                 max_dev: Optional[int] = None, train: Optional[TrainConfig] = None) -> dict:
+    """`train`: the trainer's settings of both stages (default TrainConfig(); each stage has its own out_dir
+    under `out_dir` and its epochs); its seed also draws the training subset and a new student."""
     from ..tasks.features import FeatureBuilder, collect_labels, gold, lengths, score
     from ..tasks.table import get_task
 
+    base = train if train is not None else TrainConfig()
+    seed = base.seed
     spec = get_task(task)
     teacher = from_pretrained(teacher_dir)
     tok = _need_tokenizer(teacher, teacher_dir)
@@ -121,21 +129,19 @@ def distill_task(teacher_dir: str, student_spec: str, task: str, train_path: str
 
     stage1_ex = augmenter(train_ex) if augmenter is not None else train_ex
     feats1 = fb.build(stage1_ex)
-    over = dict(train_overrides or {})
     summary = {"mode": "task", "task": task, "teacher": teacher_dir, "student": student_spec,
                "train_examples": len(train_ex), "stage1_examples": len(stage1_ex), "dev_examples": len(dev_ex)}
     if epochs_intermediate > 0:
         dm = DistillModel(student, teacher, DistillConfig(stage="intermediate", layer_map=layer_map,
                                                           projection=projection))
-        tc = TrainConfig(out_dir=os.path.join(out_dir, "stage1-intermediate"), epochs=epochs_intermediate,
-                         seed=seed, **over)
+        tc = dataclasses.replace(base, out_dir=os.path.join(out_dir, "stage1-intermediate"),
+                                 epochs=epochs_intermediate)
         r = _train(dm, tc, feats1, fb.collate, lengths=lengths(feats1))
         summary["stage1"] = {"steps": r["steps"], "elapsed_s": r["elapsed_s"]}
     if epochs_prediction > 0:
         feats2 = feats1 if augmenter is not None else fb.build(train_ex)
         dm = DistillModel(student, teacher, DistillConfig(stage="prediction", temperature=temperature))
-        tc = TrainConfig(out_dir=os.path.join(out_dir, "stage2-prediction"), epochs=epochs_prediction, seed=seed,
-                         **over)
+        tc = dataclasses.replace(base, out_dir=os.path.join(out_dir, "stage2-prediction"), epochs=epochs_prediction)
         r = _train(dm, tc, feats2, fb.collate, (lambda m: evaluate(m.student)) if dev_feats else None,
                    lengths(feats2))
         summary["stage2"] = {"steps": r["steps"], "elapsed_s": r["elapsed_s"]}

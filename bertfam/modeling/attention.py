@@ -9,7 +9,6 @@ from torch import nn
 
 from ..config import ModelConfig
 from . import varlen
-from .scratch import linear_into
 from .varlen import Packed
 
 
@@ -63,20 +62,3 @@ class SelfAttention(nn.Module):
             ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
         ctx = ctx.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
         return self.out(ctx), scores
-
-    def forward_into(self, x: torch.Tensor, mask, qkv_buf: torch.Tensor, ctx_buf: torch.Tensor,
-                     out: torch.Tensor) -> torch.Tensor:
-        """Eval-mode forward writing the QKV projection (M, 3H), the context (M, H) and the output
-        projection (M, H) into the given buffers (see scratch.py); M = B * T, or N packed tokens."""
-        H = x.shape[-1]
-        M = qkv_buf.shape[0]
-        qkv = linear_into(self.qkv, x.reshape(M, H), qkv_buf)  # (M, 3H)
-        if isinstance(mask, Packed):
-            ctx = varlen.attention(qkv.view(M, 3, self.heads, self.head_dim), mask, 0.0,
-                                   out=ctx_buf.view(M, self.heads, self.head_dim))  # (N, H)
-        else:
-            B, T, _ = x.shape
-            q, k, v = qkv.view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, h, T, d)
-            c = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, h, T, d)
-            ctx = ctx_buf.view(B, T, self.heads, self.head_dim).copy_(c.transpose(1, 2)).view(M, H)
-        return linear_into(self.out, ctx, out)

@@ -40,6 +40,13 @@ class Embeddings(nn.Module):
     def forward(self, input_ids: torch.Tensor, token_type_ids: Optional[torch.Tensor] = None,
                 position_ids: Optional[torch.Tensor] = None, task_type_ids: Optional[torch.Tensor] = None,
                 inputs_embeds: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self.normalize(self.combine(input_ids, token_type_ids, position_ids, task_type_ids, inputs_embeds))
+
+    def combine(self, input_ids: torch.Tensor, token_type_ids: Optional[torch.Tensor] = None,
+                position_ids: Optional[torch.Tensor] = None, task_type_ids: Optional[torch.Tensor] = None,
+                inputs_embeds: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The summed tables before LayerNorm, (B, T, E); separate so that multimodal inputs can join the
+        sequence before the one LayerNorm (multimodal/model.py)."""
         x = self.word(input_ids) if inputs_embeds is None else inputs_embeds  # (B, T, E)
         if position_ids is None:
             position_ids = self.position_ids_for(input_ids)
@@ -52,7 +59,9 @@ class Embeddings(nn.Module):
             if task_type_ids is None:
                 task_type_ids = torch.zeros_like(input_ids)
             x = x + self.task_type(task_type_ids)
-        x = self.dropout(self.norm(x))
-        if self.project is not None:
-            x = self.project(x)  # (B, T, H)
         return x
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """LayerNorm + dropout (+ the E -> H projection): (..., E) -> (..., H)."""
+        x = self.dropout(self.norm(x))
+        return self.project(x) if self.project is not None else x

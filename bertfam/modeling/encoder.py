@@ -8,7 +8,6 @@ from torch import nn
 from ..config import ModelConfig
 from .activations import ACT
 from .attention import SelfAttention
-from .scratch import Scratch, activate_, enabled, linear_into
 
 
 class Layer(nn.Module):
@@ -24,35 +23,14 @@ class Layer(nn.Module):
         self.ffn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
         self.act = ACT[cfg.hidden_act]
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
-        self.reuse_buffers = True  # see scratch.py; inference.compile_layers turns it off
 
-    def forward(self, x: torch.Tensor, mask, need_scores: bool = False, scratch: Optional[Scratch] = None):
-        """x: (B, T, H) with an additive mask, or packed (N, H) with a varlen.Packed plan.
-
-        With `scratch` (no autograd; see scratch.py) the big intermediates go to reused buffers."""
-        if scratch is not None and self.reuse_buffers and not need_scores:
-            return self._forward_reusing(x, mask, scratch), None
+    def forward(self, x: torch.Tensor, mask, need_scores: bool = False):
+        """x: (B, T, H) with an additive mask (or None), or packed (N, H) with a varlen.Packed plan.
+        The only forward here; optimize.py swaps in a buffer-reusing subclass for prediction."""
         a, scores = self.attn(x, mask, need_scores)
         return self.ffn_block(self.attn_residual(x, a)), scores
 
-    def _forward_reusing(self, x: torch.Tensor, mask, scratch: Scratch) -> torch.Tensor:
-        """Same kernels and operation order as attn_residual / ffn_block in eval mode (dropout is the
-        identity there), so the result is bit-for-bit the same. Two buffers for every layer: "wide"
-        holds QKV + the attention context, then (both dead by then) the FFN activation; "proj" holds
-        the attention output projection, then the FFN output."""
-        H, I = x.shape[-1], self.ffn_in.out_features
-        x2 = x.reshape(-1, H)  # (M, H), M = B * T or N
-        M = x2.shape[0]
-        wide = scratch.get("wide", (M * max(4 * H, I),), x2)
-        proj = scratch.get("proj", (M, H), x2)
-        a = self.attn.forward_into(x, mask, wide[:3 * M * H].view(M, 3 * H), wide[3 * M * H:4 * M * H].view(M, H),
-                                   proj)  # (M, H) in proj
-        x1 = self.attn_norm(a.add_(x2))  # x + a (addition commutes bit for bit)
-        f = activate_(self.act, linear_into(self.ffn_in, x1, wide[:M * I].view(M, I)))  # (M, I)
-        g = linear_into(self.ffn_out, f, proj)  # (M, H)
-        return self.ffn_norm(g.add_(x1)).view(x.shape)
-
-    # the token-wise parts, separate so that `inference.compile_layers` can fuse them with torch.compile
+    # the token-wise parts, separate so that optimize_for_inference(compile=True) can torch.compile them
     def attn_residual(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         return self.attn_norm(x + self.dropout(a))  # (..., H)
 
@@ -83,11 +61,9 @@ class Encoder(nn.Module):
                 output_attentions: bool = False):
         hidden = [x] if output_hidden_states else None
         scores_all = [] if output_attentions else None
-        # no-grad prediction: one set of buffers for the big intermediates of all layers (scratch.py)
-        scratch = Scratch() if enabled() and not self.training and not output_attentions else None
         for step in self.schedule():
             for idx in step:
-                x, scores = self.layers[idx](x, mask, output_attentions, scratch)
+                x, scores = self.layers[idx](x, mask, output_attentions)
                 if output_attentions:
                     scores_all.append(scores)
             if output_hidden_states:

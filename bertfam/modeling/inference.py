@@ -1,4 +1,5 @@
-"""Prediction helpers: length-grouped batching under torch.inference_mode, and optional torch.compile.
+"""Prediction helpers: length-grouped batching under torch.inference_mode, and optional torch.compile
+(`compile_layers`, one form of optimize.optimize_for_inference).
 
 Sorting examples by length before batching keeps padding (and, in the padded path, wasted attention)
 small; results come back in the caller's order. The unpadded encoder already skips padding, so grouping
@@ -9,6 +10,8 @@ from __future__ import annotations
 from typing import Callable, Iterable, Optional, Sequence
 
 import torch
+
+from .optimize import optimize_for_inference
 
 
 def length_grouped_batches(lengths: Sequence[int], batch_size: int,
@@ -42,16 +45,6 @@ def predict_grouped(fn: Callable[[list[int]], Iterable], lengths: Sequence[int],
 
 
 def compile_layers(model: torch.nn.Module, **compile_kwargs) -> torch.nn.Module:
-    """torch.compile the token-wise blocks of every encoder layer (residual + LayerNorm, FFN), in place.
-
-    Attention stays eager (the unpadded path loops over sequences), so one compiled graph per block
-    serves every batch shape (dynamic=True). Off by default: see docs/benchmarks.md for what it gains
-    and what the first call costs. Works on a TaskModel or a BertfamModel."""
-    backbone = getattr(model, "backbone", model)
-    kw = dict(dynamic=True)
-    kw.update(compile_kwargs)
-    for layer in backbone.encoder.layers:
-        layer.attn_residual = torch.compile(layer.attn_residual, **kw)
-        layer.ffn_block = torch.compile(layer.ffn_block, **kw)
-        layer.reuse_buffers = False  # the buffer-reusing forward would bypass the compiled blocks
-    return model
+    """torch.compile the token-wise blocks of every encoder layer, in place: the same as
+    `optimize_for_inference(model, compile=True, **compile_kwargs)` (see modeling/optimize.py)."""
+    return optimize_for_inference(model, compile=True, **compile_kwargs)

@@ -5,28 +5,17 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..config import HEAD_TASKS, ModelConfig
 from .attention import extended_mask
 from .embeddings import Embeddings
 from .encoder import Encoder
-from .heads import ClassificationHead, MLMHead, PairHead, SpanHead, TokenHead
-from .varlen import Packed, pack_info, repad, unpad
-from . import varlen
+from .heads import HEAD_PARTS, IGNORE, MLMPredictor, build_head  # noqa: F401  (IGNORE: re-exported)
+from .layout import EncoderOutput, choose_layout, packed_by_default
+from .varlen import unpad
 
 TASKS = HEAD_TASKS
-IGNORE = -100
-
-
-def _tracing() -> bool:
-    return torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
-
-
-def _env_unpad() -> bool:
-    """BERTFAM_PADDED=1 forces the padded path everywhere (e.g. to compare against it)."""
-    return os.environ.get("BERTFAM_PADDED", "0") in ("", "0", "false", "no")
 
 
 @dataclass
@@ -46,16 +35,21 @@ class ModelOutput:
     def __getitem__(self, key: str):
         return getattr(self, key)
 
+    @classmethod
+    def of(cls, enc: EncoderOutput, head_fields: Optional[dict] = None) -> "ModelOutput":
+        """The backbone's fields from `enc` (per-token states re-padded), plus a head's."""
+        return cls(last_hidden_state=enc.padded(), pooler_output=enc.pooled, hidden_states=enc.hidden_states,
+                   attentions=enc.attentions, embedding_output=enc.embedding_output, **(head_fields or {}))
+
 
 class BertfamModel(nn.Module):
     """The backbone: embeddings, encoder, pooler (dense + tanh on the first token).
 
-    Unpadded by default: with a (B, T) padding mask that has padding, the batch is packed into its N
-    real tokens (see varlen.py) and nothing is computed for padding; `last_hidden_state` is re-padded
-    with zeros at padding positions. The padded path runs when it is needed for exact outputs
-    (a (B, T, T) visibility matrix, output_attentions / output_hidden_states, a sequence whose first
-    position is padding) or when asked for: `unpad=False` per call, `model.unpad = False`, or the
-    environment variable BERTFAM_PADDED=1.
+    Packed by default: with a (B, T) padding mask that has padding, the batch runs as its N real tokens
+    (see varlen.py) and nothing is computed for padding; `last_hidden_state` is re-padded with zeros at
+    padding positions. layout.choose_layout decides, once per forward: padded where that is needed for
+    exact outputs, or when asked for: `packed=False` per call, `model.packed = False`, or BERTFAM_PADDED=1
+    in the environment (read when a model is built).
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -64,45 +58,37 @@ class BertfamModel(nn.Module):
         self.embeddings = Embeddings(cfg)
         self.encoder = Encoder(cfg)
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.unpad = _env_unpad()
+        self.packed = packed_by_default()
 
     def forward(self, input_ids: Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None,
                 token_type_ids: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
                 task_type_ids: Optional[torch.Tensor] = None, inputs_embeds: Optional[torch.Tensor] = None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
-                unpad: Optional[bool] = None) -> ModelOutput:
-        return self.encode(input_ids, attention_mask, token_type_ids, position_ids, task_type_ids, inputs_embeds,
-                           output_hidden_states, output_attentions, unpad)[0]
+                packed: Optional[bool] = None) -> ModelOutput:
+        return ModelOutput.of(self.encode(input_ids, attention_mask, token_type_ids, position_ids, task_type_ids,
+                                          inputs_embeds, output_hidden_states, output_attentions, packed))
 
     def encode(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                task_type_ids=None, inputs_embeds=None, output_hidden_states=False, output_attentions=False,
-               unpad=None) -> tuple[ModelOutput, Optional[Packed], torch.Tensor]:
-        """(output, packing plan or None, final hidden states: (N, H) packed or (B, T, H) padded)."""
+               packed: Optional[bool] = None, head_needs_padding=None) -> EncoderOutput:
+        """The final hidden states in the layout chosen for this batch (packed: None = self.packed).
+        head_needs_padding: (B, T) padding mask -> bool, the head's say (see layout.choose_layout)."""
         if input_ids is None and inputs_embeds is None:
             raise ValueError("give input_ids or inputs_embeds")
         ids = input_ids if input_ids is not None else torch.zeros(inputs_embeds.shape[:2], dtype=torch.long,
                                                                   device=inputs_embeds.device)
         if attention_mask is None and input_ids is not None and self.config.position_offset:
             attention_mask = input_ids.ne(self.config.pad_token_id)
-        use_unpad = self.unpad if unpad is None else unpad
-        if _tracing():  # export / compile / jit: one static graph, no data-dependent branches
-            use_unpad = False
-        elif attention_mask is not None and attention_mask.dim() == 2 and bool(attention_mask.all()):
-            attention_mask = None  # no padding at all: unmasked attention is the same and faster
-        if (use_unpad and attention_mask is not None and attention_mask.dim() == 2 and not output_hidden_states
-                and not output_attentions and bool(attention_mask[:, 0].all())):
-            return self._encode_packed(ids, attention_mask, token_type_ids, position_ids, task_type_ids,
-                                       inputs_embeds)
+        attention_mask, plan = choose_layout(attention_mask, self.packed if packed is None else packed,
+                                             output_hidden_states or output_attentions, head_needs_padding)
+        if plan is not None:
+            return self._encode_packed(ids, plan, token_type_ids, position_ids, task_type_ids, inputs_embeds)
         x = self.embeddings(ids, token_type_ids, position_ids, task_type_ids, inputs_embeds)  # (B, T, H)
-        mask = extended_mask(attention_mask, x.dtype)
-        h, hidden, scores = self.encoder(x, mask, output_hidden_states, output_attentions)
-        pooled = torch.tanh(self.pooler(h[:, 0]))  # (B, H)
-        out = ModelOutput(last_hidden_state=h, pooler_output=pooled, hidden_states=hidden, attentions=scores,
-                          embedding_output=x if output_hidden_states else None)
-        return out, None, h
+        h, hidden, scores = self.encoder(x, extended_mask(attention_mask, x.dtype), output_hidden_states,
+                                         output_attentions)  # (B, T, H)
+        return EncoderOutput(h, self.pool(h[:, 0]), None, hidden, scores, x if output_hidden_states else None)
 
-    def _encode_packed(self, ids, attention_mask, token_type_ids, position_ids, task_type_ids, inputs_embeds):
-        p = pack_info(attention_mask)
+    def _encode_packed(self, ids, p, token_type_ids, position_ids, task_type_ids, inputs_embeds) -> EncoderOutput:
         B, T = ids.shape
         if position_ids is None:
             position_ids = self.embeddings.position_ids_for(ids)  # on the padded grid (RoBERTa counts)
@@ -113,32 +99,28 @@ class BertfamModel(nn.Module):
         x = self.embeddings(pick(ids), pick(token_type_ids), pick(position_ids), pick(task_type_ids),
                             pick(inputs_embeds))[0]  # (N, H)
         h, _, _ = self.encoder(x, p)  # (N, H)
-        pooled = torch.tanh(self.pooler(h.index_select(0, p.first)))  # (B, H)
-        return ModelOutput(last_hidden_state=repad(h, p), pooler_output=pooled), p, h
+        return EncoderOutput(h, self.pool(h.index_select(0, p.first)), p)
+
+    def pool(self, first: torch.Tensor) -> torch.Tensor:
+        """The pooler: dense + tanh on the first token's states, (B, H) -> (B, H)."""
+        return torch.tanh(self.pooler(first))
 
 
 class TaskModel(nn.Module):
-    """backbone + optional head + loss (computed only when labels are given)."""
+    """backbone + optional head (heads.py), whose loss is computed only when labels are given.
+
+    `head` holds the task's logic; its weight modules are registered here under the checkpoint's names
+    (`mlm`, `pair`, `classifier`, `token`, `span`; None where the task has none)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.config = cfg
         self.backbone = BertfamModel(cfg)
-        task = cfg.head.task
         self.tokenizer = None  # attached by from_pretrained; written by save_pretrained
-        self.mlm = self.pair = self.classifier = self.token = self.span = None
-        if task in ("mlm", "pretraining"):
-            self.mlm = MLMHead(cfg, self.backbone.embeddings.word)
-            if task == "pretraining" and cfg.head.pair_objective:
-                self.pair = PairHead(cfg)
-        elif task in ("classification", "regression"):
-            self.classifier = ClassificationHead(cfg, 1 if task == "regression" else cfg.head.num_labels)
-        elif task == "token":
-            self.token = TokenHead(cfg, cfg.head.num_labels)
-        elif task == "span":
-            self.span = SpanHead(cfg)
-        elif task is not None:
-            raise ValueError(f"unknown task {task!r}; known: {TASKS}")
+        self.head = build_head(cfg, self.backbone.embeddings.word)
+        parts = self.head.parts if self.head is not None else {}
+        for name in HEAD_PARTS:  # in this order: the parameter order of older checkpoints and optimizers
+            setattr(self, name, parts.get(name))
 
     @property
     def task(self) -> Optional[str]:
@@ -164,98 +146,33 @@ class TaskModel(nn.Module):
         elif isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
-        elif isinstance(m, MLMHead):
+        elif isinstance(m, MLMPredictor):
             nn.init.zeros_(m.bias)
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 task_type_ids=None, inputs_embeds=None, labels=None, pair_labels=None, start_positions=None,
                 end_positions=None, answerable_labels=None, masked_positions=None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
-                unpad: Optional[bool] = None) -> ModelOutput:
+                packed: Optional[bool] = None) -> ModelOutput:
         """labels: class ids (B,), regression targets (B,), tag ids (B, T) or MLM targets (B, T) with -100
         for ignored positions. masked_positions (B, T) bool: MLM logits only where True (faster).
-        unpad: None = the backbone's default (unpadded whenever that gives the same numbers); False forces
-        the padded path. Logits at padding positions are zero in the unpadded path."""
-        if unpad is not False and not _tracing() and \
-                not self._unpad_exact(attention_mask, labels, masked_positions, start_positions):
-            unpad = False
-        out, p, h = self.backbone.encode(input_ids, attention_mask, token_type_ids, position_ids, task_type_ids,
-                                         inputs_embeds, output_hidden_states, output_attentions, unpad)
-        pooled = out.pooler_output
-        if self.mlm is not None:
-            self._mlm(out, h, pooled, labels, pair_labels, masked_positions, p)
-        elif self.classifier is not None:
-            first = h.index_select(0, p.first).unsqueeze(1) if p is not None else h  # (B, 1 or T, H)
-            out.logits = self.classifier(first, pooled)
-            if labels is not None:
-                if self.task == "regression":
-                    out.loss = F.mse_loss(out.logits.squeeze(-1), labels.to(out.logits.dtype))
-                else:
-                    out.loss = F.cross_entropy(out.logits, labels)
-        elif self.token is not None:
-            logits = self.token(h)  # (N, C) packed or (B, T, C)
-            out.logits = repad(logits, p) if p is not None else logits
-            if labels is not None:
-                targets = varlen.unpad(labels, p) if p is not None else labels.flatten()  # `unpad` is the flag here
-                out.loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets, ignore_index=IGNORE)
-        elif self.span is not None:
-            self._span(out, out.last_hidden_state, pooled, start_positions, end_positions, answerable_labels, p, h)
-        return out
+        packed: None = the backbone's default (packed whenever that gives the same numbers); False forces
+        the padded path. Logits at padding positions are zero in the packed path."""
+        targets = dict(labels=labels, pair_labels=pair_labels, start_positions=start_positions,
+                       end_positions=end_positions, answerable_labels=answerable_labels,
+                       masked_positions=masked_positions)
+        enc = self.backbone.encode(input_ids, attention_mask, token_type_ids, position_ids, task_type_ids,
+                                   inputs_embeds, output_hidden_states, output_attentions, packed,
+                                   self._head_needs_padding(targets))
+        return ModelOutput.of(enc, self._run_head(enc, targets))
 
-    def _unpad_exact(self, attention_mask, labels, masked_positions, start_positions) -> bool:
-        """False where the unpadded path would change a loss: targets on padding positions (MLM/token labels,
-        masked positions) or a span loss, whose softmax runs over every position, padding included."""
-        if attention_mask is None or attention_mask.dim() != 2:
-            return True  # nothing to unpad (the backbone decides)
-        pad = ~attention_mask.bool()  # (B, T)
-        if not bool(pad.any()):
-            return True
-        if self.span is not None and start_positions is not None:
-            return False
-        if self.task in ("mlm", "pretraining", "token") and labels is not None and labels.dim() == 2 \
-                and bool((labels[pad] != IGNORE).any()):
-            return False
-        return masked_positions is None or not bool(masked_positions[pad].any())
+    def _head_needs_padding(self, targets: dict):
+        if self.head is None:
+            return None
+        return lambda pad: self.head.needs_padding(pad, **targets)
 
-    def _mlm(self, out, h, pooled, labels, pair_labels, masked_positions, p=None) -> None:
-        if masked_positions is not None:
-            sel = unpad(masked_positions, p) if p is not None else masked_positions  # (N,) or (B, T) bool
-            logits = out.logits = self.mlm(h[sel])  # (N_masked, V), same row order in both layouts
-            targets = labels[masked_positions] if labels is not None else None
-        else:
-            logits = self.mlm(h)  # (N, V) packed or (B, T, V)
-            out.logits = repad(logits, p) if p is not None else logits
-            targets = None if labels is None else unpad(labels, p) if p is not None else labels
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE)
-        if self.pair is not None:
-            out.pair_logits = self.pair(pooled)
-            if pair_labels is not None:
-                pl = F.cross_entropy(out.pair_logits, pair_labels)
-                loss = pl if loss is None else loss + pl
-        out.loss = loss
-
-    def _span(self, out, h, pooled, start_positions, end_positions, answerable_labels, p=None, packed_h=None) -> None:
-        if p is not None:  # per-token logits on real tokens only, re-padded to (B, T)
-            start, end, ans = self.span(packed_h, pooled)
-            start, end = repad(start, p), repad(end, p)
-        else:
-            start, end, ans = self.span(h, pooled)
-        out.start_logits, out.end_logits, out.answerable_logits = start, end, ans
-        out.logits = torch.stack([start, end], dim=-1)  # (B, T, 2)
-        if start_positions is None or end_positions is None:
-            return
-        T = start.shape[1]
-        # positions outside the window are ignored, as in BertForQuestionAnswering
-        sp = start_positions.clamp(0, T)
-        ep = end_positions.clamp(0, T)
-        loss = (F.cross_entropy(start, sp, ignore_index=T) + F.cross_entropy(end, ep, ignore_index=T)) / 2
-        if ans is not None:
-            if answerable_labels is None:  # windows whose target is [CLS] (index 0) hold no answer
-                answerable_labels = (start_positions > 0).long()
-            loss = loss + F.cross_entropy(ans, answerable_labels)
-        out.loss = loss
+    def _run_head(self, enc: EncoderOutput, targets: dict) -> dict:
+        return self.head(enc, **targets) if self.head is not None else {}
 
     # --------------------------------------------------------------- saving
     def save_pretrained(self, path: str, tokenizer=None) -> None:

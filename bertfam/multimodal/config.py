@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..config import _known, read_json
+from ..config import known_fields, read_json
 from ..errors import ConfigError
 
 MODALITIES = ("image", "video", "speech")
@@ -68,7 +68,7 @@ class MultimodalConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.audio, dict):
-            self.audio = AudioConfig(**_known(AudioConfig, self.audio, "audio"))
+            self.audio = AudioConfig(**known_fields(AudioConfig, self.audio, "audio"))
         self.validate()
 
     @property
@@ -101,7 +101,7 @@ class MultimodalConfig:
     def load(cls, path: str) -> "MultimodalConfig":
         d = read_json(path)
         try:
-            return cls(**_known(cls, d, path))
+            return cls(**known_fields(cls, d, path))
         except TypeError as e:
             raise ConfigError(f"{path}: {e}") from None
 

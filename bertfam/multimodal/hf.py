@@ -3,6 +3,7 @@
 VisualBERT's encoder, pooler and pre-training heads carry BERT's parameter names under the prefix
 `visual_bert.`, so the BERT rows of `convert.hf.key_table` map them; the visual embeddings
 (`visual_projection`, `visual_token_type_embeddings`, `visual_position_embeddings`) map to the adapter.
+Conversion only: the model is built and loaded in `multimodal/loading.py` (`load_multimodal`).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Optional
 import torch
 
 from ..config import read_json
-from ..convert.hf import config_from_hf, config_to_hf, key_table, normalize_hf_keys, read_weights
+from ..convert.hf import config_from_hf, config_to_hf, key_table, normalize_hf_keys
 from ..errors import CheckpointError, ConfigError
 from .config import MultimodalConfig
 
@@ -53,30 +54,19 @@ def _table(cfg, base: str) -> list[tuple[str, list[str]]]:
     return key_table(cfg, base) + [(ours, [base + theirs]) for ours, theirs in _ADAPTER]
 
 
-def load_hf_visualbert(path: str, task: Optional[str] = None, seed: int = 0, **head_kwargs):
-    """A MultimodalModel with the weights of a Hugging Face VisualBertModel / VisualBertForPreTraining dir."""
-    from ..loading import _load_state, _maybe_tokenizer, _with_task
-    from .model import MultimodalModel
-
-    cpath = os.path.join(path, "config.json")
-    d = read_json(cpath)
-    cfg, mm = configs_from_hf(d, cpath)
-    saved_task = cfg.head.task
-    cfg, head_new = _with_task(cfg, task, head_kwargs)
-    model = MultimodalModel(cfg, mm).init_weights(seed)
-    sd, wpath = read_weights(path)
+def state_from_hf_visualbert(cfg, sd: dict, source: str) -> dict:
+    """Hugging Face VisualBERT weights under bertfam names (those of the key table the checkpoint holds; what
+    it lacks, a new head, is the loader's to initialise)."""
     sd = normalize_hf_keys(sd)
     base = "visual_bert." if any(k.startswith("visual_bert.") for k in sd) else ""
     if not any(k.startswith(base + "embeddings.visual_projection") for k in sd):
-        raise CheckpointError(f"{wpath}: no {base}embeddings.visual_projection weights (not a VisualBERT checkpoint)")
+        raise CheckpointError(f"{source}: no {base}embeddings.visual_projection weights (not a VisualBERT checkpoint)")
     ours = {}
     for our_key, hf_keys in _table(cfg, base):
         if all(k in sd for k in hf_keys):
             ts = [sd[k] for k in hf_keys]
             ours[our_key] = ts[0] if len(ts) == 1 else torch.cat(ts, 0)
-    _load_state(model, ours, wpath, allow_missing_head=head_new or saved_task != cfg.head.task)
-    model.tokenizer = _maybe_tokenizer(path, cfg)
-    return model.eval()
+    return ours
 
 
 def export_hf_visualbert(model, out_dir: str) -> None:

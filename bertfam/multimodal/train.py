@@ -6,6 +6,7 @@ scores clearly lower on the shuffled copy (`*_shuffled` metrics).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -14,14 +15,18 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..config import HeadConfig, resolve_config
+from ..checkpoint import load_config, resolve_config
+from ..config import HeadConfig
 from ..errors import ConfigError, DataError
+from ..training import TrainConfig, Trainer
 from ..utils import atomic_write_text
 from .config import AudioConfig, MultimodalConfig
 from .data import (ClassifyCollator, FeatureTextCollator, QACollator, make_masker, qa_windows, text_examples,
                    video_instance)
 from .features import LoadReport, load_records
-from .model import MultimodalModel, build_multimodal, init_from_text, load_multimodal
+from .hf import is_hf_visualbert
+from .loading import init_from_text, load_multimodal
+from .model import MultimodalModel, build_multimodal
 
 log = logging.getLogger("bertfam")
 EVAL_SEED = 1234
@@ -86,18 +91,22 @@ def _write_report(out_dir: str, report: LoadReport, extra: Optional[dict] = None
                       json.dumps(dict(report.to_dict(), **(extra or {})), indent=2, ensure_ascii=False) + "\n")
 
 
-def _train_config(out_dir: str, train: Optional[dict]):
-    from ..training import TrainConfig
+TRAIN_DEFAULTS = {"epochs": 10, "batch_size": 16, "lr": 1e-3, "warmup_ratio": 0.1, "log_every": 10, "keep_last": 1}
 
-    kw = dict(out_dir=out_dir, epochs=10, batch_size=16, lr=1e-3, warmup_ratio=0.1, log_every=10, keep_last=1)
-    kw.update({k: v for k, v in (train or {}).items() if v is not None})
-    return TrainConfig(**kw)
+
+def default_train(**kw) -> TrainConfig:
+    """The multimodal runs' trainer defaults (small models on small feature sets), `kw` over them."""
+    return TrainConfig(**{**TRAIN_DEFAULTS, **kw})
+
+
+def _train_config(out_dir: str, train: Optional[TrainConfig]) -> TrainConfig:
+    return dataclasses.replace(train if train is not None else default_train(), out_dir=out_dir)
 
 
 def _new_or_init(cfg_spec: str, vocab_size: int, mm: MultimodalConfig, head: HeadConfig, init: Optional[str],
                  seed: int) -> MultimodalModel:
     """A fresh model; with `init`, a multimodal/VisualBERT dir is loaded as it is, a text dir gives the backbone."""
-    if init and os.path.isdir(init) and (MultimodalConfig.in_dir(init) is not None or _is_visualbert(init)):
+    if init and os.path.isdir(init) and (MultimodalConfig.in_dir(init) is not None or is_hf_visualbert(init)):
         kw = {"answerability": head.answerability} if head.task == "span" else {}
         if head.task == "classification":
             kw.update(num_labels=head.num_labels, labels=head.labels)
@@ -106,8 +115,6 @@ def _new_or_init(cfg_spec: str, vocab_size: int, mm: MultimodalConfig, head: Hea
         return model.train()
     overrides = {"vocab_size": vocab_size, "head": head}
     if init:
-        from ..loading import load_config
-
         base, _ = load_config(init)
         overrides["vocab_size"] = max(vocab_size, base.vocab_size + (mm.codebook_size if mm.modality == "video" else 0))
         cfg = base.replace(**overrides)
@@ -119,12 +126,6 @@ def _new_or_init(cfg_spec: str, vocab_size: int, mm: MultimodalConfig, head: Hea
     if init:
         init_from_text(model, init)
     return model
-
-
-def _is_visualbert(path: str) -> bool:
-    from .hf import is_hf_visualbert
-
-    return is_hf_visualbert(path)
 
 
 def _check_compatible(have: MultimodalConfig, want: MultimodalConfig, path: str) -> None:
@@ -156,12 +157,12 @@ def _read(modality: str, features_dir: str, manifest: Optional[str], require: tu
 def pretrain(modality: str, features_dir: str, out_dir: str, *, vocab: Optional[str] = None, config: str = "bert-tiny",
              init: Optional[str] = None, codebook: Optional[str] = None, manifest: Optional[str] = None,
              max_length: int = 64, eval_fraction: float = 0.1, seed: int = 0, mask_rate: float = 0.15,
-             mismatch_prob: float = 0.5, audio: Optional[AudioConfig] = None, train: Optional[dict] = None,
+             mismatch_prob: float = 0.5, audio: Optional[AudioConfig] = None, train: Optional[TrainConfig] = None,
              resume: Optional[str] = None) -> dict:
     """image / speech: masked LM on the text + text-feature match. video: cross-modal masked LM over text and
-    visual words (needs `codebook`). Returns the trainer summary with the final evaluation."""
-    from ..training import Trainer
-
+    visual words (needs `codebook`). Returns the trainer summary with the final evaluation. `train`: the
+    trainer's settings (default `default_train()`; out_dir is `out_dir`); `seed` draws the split and a new
+    model's weights."""
     tok = load_tokenizer(vocab, init)
     if modality == "video":
         return _pretrain_video(features_dir, out_dir, tok, config, init, codebook, manifest, max_length, eval_fraction,
@@ -248,7 +249,6 @@ def video_records(features_dir: str, manifest: Optional[str], codebook: str):
 def _pretrain_video(features_dir, out_dir, tok, config, init, codebook, manifest, max_length, eval_fraction, seed,
                     mask_rate, train, resume) -> dict:
     from ..objectives.collator import PretrainCollator
-    from ..training import Trainer
 
     if not codebook:
         raise ConfigError("video pre-training needs --codebook (fit one with `bertfam multimodal vocab`)")
@@ -337,11 +337,10 @@ def _qa_check(rec: dict) -> None:
 def finetune(modality: str, task: str, features_dir: str, out_dir: str, *, vocab: Optional[str] = None,
              config: str = "bert-tiny", init: Optional[str] = None, manifest: Optional[str] = None,
              max_length: int = 128, doc_stride: int = 32, eval_fraction: float = 0.1, seed: int = 0,
-             audio: Optional[AudioConfig] = None, train: Optional[dict] = None, resume: Optional[str] = None) -> dict:
+             audio: Optional[AudioConfig] = None, train: Optional[TrainConfig] = None,
+             resume: Optional[str] = None) -> dict:
     """task qa: extractive QA over the text passage with the question given as features (spoken question);
-    task classify: a label per (text, features) pair (manifest field `label`)."""
-    from ..training import Trainer
-
+    task classify: a label per (text, features) pair (manifest field `label`). `train`, `seed`: as pretrain."""
     if modality == "video":
         raise ConfigError("fine-tuning paths exist for image and speech (video models are token models: use "
                           "`bertfam finetune` on their text, or pre-train with visual words)")

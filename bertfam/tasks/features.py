@@ -19,6 +19,7 @@ import torch
 
 from ..data.labelled import Example
 from ..errors import DataError
+from ..modeling.optimize import optimize_for_inference
 from .table import TaskSpec
 
 log = logging.getLogger("bertfam")
@@ -188,7 +189,7 @@ class FeatureBuilder:
         the windows of a long token-task example are merged back into one tag list."""
         device = next(model.parameters()).device
         was = model.training
-        model.eval()
+        optimize_for_inference(model).eval()  # safe on a model still in training: grad mode runs plain
         order = sorted(range(len(feats)), key=lambda i: -feats[i]["length"])  # little padding
         out: list = [None] * len(feats)
         for s in range(0, len(order), batch_size):

@@ -22,6 +22,8 @@ import torch
 
 from ..data.mrc_features import Window, build_windows, collate_windows
 from ..errors import ConfigError, DataError
+from ..modeling.optimize import optimize_for_inference
+from ..training import TrainConfig, Trainer
 
 log = logging.getLogger("bertfam")
 NO_ANSWER = "no answer"
@@ -55,6 +57,7 @@ class MRCPredictor:
             if getattr(m, "span", None) is None:
                 raise ConfigError(f"model has head task {m.config.head.task!r}; MRC needs a 'span' head "
                                   "(train one with `bertfam mrc train`)")
+            optimize_for_inference(m)  # buffer reuse in no-grad eval forwards; training still runs plain
         self.tokenizer = tokenizer if tokenizer is not None else self.models[0].tokenizer
         if self.tokenizer is None:
             raise ConfigError("the model directory has no tokenizer (vocab.txt / tokenizer.json); pass tokenizer=")
@@ -422,11 +425,11 @@ def load_span_model(spec: str, vocab: Optional[str] = None, seed: int = 0):
 
 def train_mrc(model, train_examples: Sequence, out_dir: str, dev_examples: Sequence = (), *, max_length: int = 384,
               doc_stride: int = 128, max_query_length: int = 64, use_title: bool = True, tune: bool = True,
-              eval_limit: Optional[int] = 500, train_config: Optional[dict] = None, dev_name: str = "dev",
+              eval_limit: Optional[int] = 500, train: Optional[TrainConfig] = None, dev_name: str = "dev",
               resume_from: Optional[str] = None) -> dict:
     """Fine-tune a span model (span loss + answerability loss on every window), evaluate on dev at the
-    end of each epoch (official DuReader F1/EM), then tune and save the thresholds on dev."""
-    from ..training import TrainConfig, Trainer
+    end of each epoch (official DuReader F1/EM), then tune and save the thresholds on dev. `train`: the
+    trainer's settings (default TrainConfig()); its out_dir is `out_dir`."""
 
     tok = model.tokenizer
     max_length = min(max_length, model.config.max_position_embeddings - model.config.position_offset)
@@ -439,9 +442,7 @@ def train_mrc(model, train_examples: Sequence, out_dir: str, dev_examples: Seque
     log.info("train: %d questions -> %d windows (%d hold the answer; %d passages longer than one window)",
              len(train_examples), len(windows), n_pos, n_multi)
     pad = tok.pad_token_id or 0
-    kw = dict(train_config or {})
-    kw.setdefault("out_dir", out_dir)
-    tc = TrainConfig(**kw)
+    tc = dataclasses.replace(train if train is not None else TrainConfig(), out_dir=out_dir)
     eval_set = list(dev_examples)[:eval_limit] if eval_limit else list(dev_examples)
 
     def eval_fn(m) -> dict:

@@ -18,6 +18,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
+from ..checkpoint import read_weights
 from ..errors import CheckpointError, ConfigError
 from . import distributed as D
 from .optim import linear_schedule, param_groups
@@ -212,8 +213,6 @@ class Trainer:
             raise CheckpointError(f"{ckpt}: saved without optimizer state (save_optimizer_state=False, "
                                   "--no-optimizer-state), so it cannot be resumed exactly; start a new run "
                                   "from its weights instead")
-        from ..convert.hf import read_weights
-
         sd, _ = read_weights(ckpt)
         self.model.load_state_dict(sd, strict=False)
         self.model.to(self.device)

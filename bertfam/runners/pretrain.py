@@ -7,31 +7,42 @@ override either half (e.g. ERNIE masking + SOP).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .config import HeadConfig, check_max_length, resolve_config
-from .errors import ConfigError, DataError
-from .objectives.collator import PretrainCollator
-from .objectives.masking import IGNORE, MaskingConfig
-from .objectives.pipeline import OBJECTIVES, DataConfig, build_instances, make_masker
-
-if TYPE_CHECKING:
-    from .training import TrainerCallback
+from ..checkpoint import resolve_config
+from ..config import HeadConfig, check_max_length
+from ..errors import ConfigError, DataError
+from ..loading import from_pretrained
+from ..modeling import build_model
+from ..objectives.collator import PretrainCollator
+from ..objectives.masking import IGNORE, MaskingConfig
+from ..objectives.pipeline import OBJECTIVES, DataConfig, build_instances, make_masker
+from ..tokenization import Tokenizer
+from ..training import TrainConfig, Trainer, TrainerCallback
+from ..utils import atomic_write_text
+from .options import RunOptions
 
 log = logging.getLogger("bertfam")
 
 
 @dataclass
-class PretrainConfig:
-    out: str = "runs/pretrain"
+class PretrainConfig(RunOptions):
+    """A pre-training run: the data and objective fields, and the trainer's (`train`, with out_dir = the run
+    directory). Flat mappings (`from_dict`: option names, older pretrain_config.json files) name the run
+    directory `out`."""
+
+    TRAIN_DEFAULTS: ClassVar[dict] = {"out_dir": "runs/pretrain", "lr": 1e-4, "warmup_ratio": 0.01}
+    TRAIN_ALIASES: ClassVar[dict] = {"out": "out_dir"}
+
     model_config: str = "bert-mini"  # preset name or JSON file (ignored with init)
     objective: str = "bert"
     pair: Optional[str] = None  # nsp | sop | none (default: from the objective)
@@ -51,33 +62,13 @@ class PretrainConfig:
     chunk_docs: int = 10_000
     max_line_chars: int = 100_000
     text_field: str = "text"
-    # trainer
-    epochs: float = 1
-    max_steps: Optional[int] = None
-    batch_size: int = 32
-    lr: float = 1e-4
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.01
-    warmup_steps: Optional[int] = None
-    grad_accum: int = 1
-    max_grad_norm: float = 1.0
-    precision: str = "auto"
-    seed: int = 42
-    save_every: int = 0
-    keep_last: int = 2
-    save_optimizer_state: bool = True  # False: lean checkpoints that cannot be resumed
-    checkpoints: bool = True  # False: the final model only
-    log_every: int = 10
-    eval_every: int = 0
-    progress: bool = True
+    # the trainer's fields (its seed also seeds the data and a new model's weights)
+    train: TrainConfig = field(default_factory=lambda: PretrainConfig.default_train())
 
-    @classmethod
-    def from_dict(cls, d: dict, source: str = "run config") -> "PretrainConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ConfigError(f"{source}: unknown field(s) {', '.join(unknown)}")
-        return cls(**d)
+    @property
+    def out(self) -> str:
+        """The run directory (train.out_dir)."""
+        return self.train.out_dir
 
     def resolved(self) -> tuple[str, str]:
         if self.objective not in OBJECTIVES:
@@ -94,15 +85,13 @@ class PretrainConfig:
     def data_config(self) -> DataConfig:
         masking, pair = self.resolved()
         return DataConfig(corpus=list(self.corpus), pair=pair, masking=self.masking_config(),
-                          max_seq_len=self.max_seq_len, short_seq_prob=self.short_seq_prob, seed=self.seed,
+                          max_seq_len=self.max_seq_len, short_seq_prob=self.short_seq_prob, seed=self.train.seed,
                           chunk_docs=self.chunk_docs, eval_every_doc=self.eval_every_doc, eval_size=self.eval_size,
                           max_line_chars=self.max_line_chars, text_field=self.text_field)
 
 
 # ---------------------------------------------------------------- model + tokenizer
 def load_tokenizer(pc: PretrainConfig):
-    from .tokenization import Tokenizer
-
     src = pc.vocab
     if src is None and pc.data:
         src = pc.data  # the cache carries its tokenizer
@@ -119,9 +108,6 @@ def load_tokenizer(pc: PretrainConfig):
 
 def build_pretraining_model(pc: PretrainConfig, tokenizer):
     """A fresh model from a preset / JSON, or the --init checkpoint with a pre-training head."""
-    from .loading import from_pretrained
-    from .modeling import build_model
-
     _, pair = pc.resolved()
     pair_obj = None if pair == "none" else pair
     if pc.init:
@@ -132,7 +118,7 @@ def build_pretraining_model(pc: PretrainConfig, tokenizer):
         if not os.path.isfile(pc.model_config) and cfg.vocab_size != tokenizer.vocab_size:
             cfg = cfg.replace(vocab_size=tokenizer.vocab_size)  # a preset follows the vocabulary
         cfg = dataclasses.replace(cfg, head=HeadConfig(task="pretraining", pair_objective=pair_obj))
-        model = build_model(cfg, seed=pc.seed)
+        model = build_model(cfg, seed=pc.train.seed)
     if tokenizer.vocab_size > cfg.vocab_size:
         raise ConfigError(f"tokenizer has {tokenizer.vocab_size} entries but the model's vocab_size is "
                           f"{cfg.vocab_size}")
@@ -190,7 +176,7 @@ def make_eval_fn(eval_set, collate, batch_size: int):
 def load_data(pc: PretrainConfig, tokenizer, masker):
     """(train dataset, eval dataset or None, lengths)."""
     if pc.data:
-        from .data.instance_cache import InstanceCache, load_split, read_meta
+        from ..data.instance_cache import InstanceCache, load_split, read_meta
 
         meta = read_meta(pc.data)
         masking, pair = pc.resolved()
@@ -209,25 +195,17 @@ def load_data(pc: PretrainConfig, tokenizer, masker):
 
 
 # ---------------------------------------------------------------- run
-def run_pretraining(pc: PretrainConfig, callbacks: Sequence["TrainerCallback"] = ()) -> dict:
+def run_pretraining(pc: PretrainConfig, callbacks: Sequence[TrainerCallback] = ()) -> dict:
     """Pre-train as `pc` says; `callbacks` (bertfam.training.TrainerCallback) observe the training loop."""
-    from .training import TrainConfig, Trainer
-
     masking, pair = pc.resolved()
     tokenizer = load_tokenizer(pc)
     model = build_pretraining_model(pc, tokenizer)
     masker = make_masker(pc.masking_config(), tokenizer, model.config.vocab_size)
     train, held, lengths = load_data(pc, tokenizer, masker)
     collate = PretrainCollator(masker, tokenizer.pad_token_id, pair=pair != "none")
-    tc = TrainConfig(out_dir=pc.out, epochs=pc.epochs, max_steps=pc.max_steps, batch_size=pc.batch_size, lr=pc.lr,
-                     weight_decay=pc.weight_decay, warmup_ratio=pc.warmup_ratio, warmup_steps=pc.warmup_steps,
-                     grad_accum=pc.grad_accum, max_grad_norm=pc.max_grad_norm, precision=pc.precision, seed=pc.seed,
-                     save_every=pc.save_every, keep_last=pc.keep_last, log_every=pc.log_every,
-                     save_optimizer_state=pc.save_optimizer_state, checkpoints=pc.checkpoints,
-                     eval_every=pc.eval_every, progress=pc.progress)
-    eval_fn = make_eval_fn(held, collate, pc.batch_size) if held is not None else None
-    trainer = Trainer(model, tc, train, collate, eval_fn=eval_fn, lengths=lengths, step_metrics_fn=step_metrics,
-                      tokenizer=tokenizer, callbacks=[*callbacks, _run_config_writer(pc)])
+    eval_fn = make_eval_fn(held, collate, pc.train.batch_size) if held is not None else None
+    trainer = Trainer(model, pc.train, train, collate, eval_fn=eval_fn, lengths=lengths,
+                      step_metrics_fn=step_metrics, tokenizer=tokenizer, callbacks=[*callbacks, _WriteRunConfig(pc)])
     log.info("pre-training %s (masking %s, pair %s): %d instances, %s parameters", pc.objective, masking, pair,
              len(train), f"{model.num_parameters()['total']:,}")
     summary = trainer.train(resume_from=pc.resume)  # summary["already_complete"]: a finished run, left as it was
@@ -235,32 +213,29 @@ def run_pretraining(pc: PretrainConfig, callbacks: Sequence["TrainerCallback"] =
     return summary
 
 
-def _run_config_writer(pc: PretrainConfig) -> "TrainerCallback":
-    """Writes out/pretrain_config.json when training starts: not on resuming a run that is already complete,
-    which must be left exactly as it was."""
-    import json
+RUN_CONFIG_FILE = "pretrain_config.json"
 
-    from .training import TrainerCallback
-    from .utils import atomic_write_text
 
-    class WriteRunConfig(TrainerCallback):
-        def on_train_begin(self, trainer) -> None:
-            if trainer.is_main:
-                d = dataclasses.asdict(pc)
-                d["corpus"] = list(d["corpus"])
-                atomic_write_text(os.path.join(pc.out, "pretrain_config.json"),
-                                  json.dumps(d, indent=2, ensure_ascii=False))
+class _WriteRunConfig(TrainerCallback):
+    """Writes OUT/pretrain_config.json (nested: the run's fields + "train") when training starts: not on
+    resuming a run that is already complete, which must be left exactly as it was."""
 
-    return WriteRunConfig()
+    def __init__(self, pc: PretrainConfig):
+        self.pc = pc
+
+    def on_train_begin(self, trainer) -> None:
+        if trainer.is_main:
+            atomic_write_text(os.path.join(self.pc.out, RUN_CONFIG_FILE),
+                              json.dumps(self.pc.to_dict(), indent=2, ensure_ascii=False))
 
 
 # ---------------------------------------------------------------- showing predictions
 def fill_mask_examples(model, tokenizer, sentences: Sequence[str], masking: str = "ernie", seed: int = 0,
                        rate: float = 0.15, top_k: int = 3) -> list[dict]:
     """Mask each sentence with `masking` (always [MASK], no random/keep) and report the model's guesses."""
-    from .objectives.masking import Masker, describe_masking
-    from .objectives.pipeline import SEGMENTATION_FOR
-    from .objectives.segment import SentenceEncoder
+    from ..objectives.masking import Masker, describe_masking
+    from ..objectives.pipeline import SEGMENTATION_FOR
+    from ..objectives.segment import SentenceEncoder
 
     mcfg = MaskingConfig(strategy=masking, rate=rate, mask_prob=1.0, random_prob=0.0)
     masker = Masker(mcfg, model.config.vocab_size, tokenizer.mask_token_id, tokenizer.all_special_ids)

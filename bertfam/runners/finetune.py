@@ -1,7 +1,8 @@
 """Fine-tuning, evaluation and prediction for every task in the task table (library entry points).
 
-    from bertfam.finetune import finetune, evaluate, predict
+    from bertfam.runners.finetune import finetune, evaluate, predict
     summary = finetune("sst2", "path/to/model", "train.tsv", "dev.tsv", "runs/sst2", epochs=3)
+    # or finetune(..., FinetuneOptions(max_length=64, train=FinetuneOptions.default_train(lr=3e-5)))
 
 The fine-tuned directory is a normal model directory (config.json with the task recorded in
 head.extra, weights = the best dev checkpoint, tokenizer) plus eval_results.json and
@@ -9,50 +10,47 @@ dev_predictions.*; `evaluate`/`predict` need only that directory and a data file
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import random
-from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional, Sequence, Union
 
-from .config import check_max_length, fit_max_length
-from .data.labelled import Example
-from .errors import ConfigError, DataError
-from .tasks.decoding import tags_to_spans
-from .tasks.features import FeatureBuilder, collect_labels, gold, lengths, score
-from .tasks.table import TaskSpec, custom_task, get_task
-from .utils import atomic_write, atomic_write_text
+from ..checkpoint import load_config, read_weights
+from ..config import check_max_length, fit_max_length
+from ..data.labelled import Example
+from ..errors import ConfigError, DataError
+from ..loading import from_pretrained
+from ..tasks.decoding import tags_to_spans
+from ..tasks.features import FeatureBuilder, collect_labels, gold, lengths, score
+from ..tasks.table import TaskSpec, custom_task, get_task
+from ..training import TrainConfig, Trainer
+from ..utils import atomic_write, atomic_write_text
+from .options import RunOptions
 
 log = logging.getLogger("bertfam")
 
 
 @dataclass
-class FinetuneOptions:
-    epochs: float = 3
-    batch_size: int = 32
-    lr: float = 5e-5
+class FinetuneOptions(RunOptions):
+    """A fine-tuning run's own fields and its trainer's (`train`; finetune() sets its out_dir, the metric it
+    selects on and save_final). Flat mappings (`from_dict`, finetune()'s keyword arguments) may name
+    train.checkpoints `save_checkpoints`."""
+
+    TRAIN_DEFAULTS: ClassVar[dict] = {"epochs": 3, "group_by_length": True}
+    TRAIN_ALIASES: ClassVar[dict] = {"save_checkpoints": "checkpoints"}
+
     max_length: int = 128
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    layerwise_lr_decay: Optional[float] = None  # e.g. 0.95: lower layers learn slower
-    early_stopping_patience: Optional[int] = None  # evaluations without dev improvement
-    eval_every: int = 0  # optimizer steps; 0 = end of each epoch
-    group_by_length: bool = True
-    seed: int = 42
     dev_ratio: float = 0.1  # carved from train when no dev file is given
     max_train: Optional[int] = None  # use a random subset of this many training examples
-    precision: str = "auto"
-    grad_accum: int = 1
-    max_steps: Optional[int] = None
-    progress: bool = True
-    save_checkpoints: bool = True  # trainer checkpoints under out/checkpoints; False: final model (+ best/) only
-    save_every: int = 0  # also every N optimizer steps (to resume an interrupted run with resume=True)
-    keep_last: int = 2  # checkpoints kept (0: all)
-    save_optimizer_state: bool = True  # False: weights-only checkpoints (not resumable)
     freeze_word_embeddings: bool = False  # e.g. a 250k-row multilingual vocabulary: skip its gradients
     kg: Optional[Sequence[str]] = None  # K-BERT knowledge graph files (.spo)
-    resume: bool = False
+    resume: bool = False  # continue from the latest checkpoint under out/checkpoints
+    # the trainer's fields (its seed also draws the dev split, the training subset and a new head);
+    # train.checkpoints False: no out/checkpoints, the final model (+ best/) only
+    train: TrainConfig = field(default_factory=lambda: FinetuneOptions.default_train())
 
 
 # ---------------------------------------------------------------------- helpers
@@ -102,7 +100,7 @@ def _known_labels_only(examples: list, spec: TaskSpec, labels: list, what: str) 
 def _kbert_encoder(tokenizer, kg_paths, max_length):
     if not kg_paths:
         return None
-    from .knowledge import KBertEncoder, KnowledgeGraph
+    from ..knowledge import KBertEncoder, KnowledgeGraph
 
     kg = KnowledgeGraph.load(list(kg_paths), max_entities=2)
     return KBertEncoder(tokenizer, kg, max_length)
@@ -128,11 +126,10 @@ def _build_reporting_kbert(builder: FeatureBuilder, examples: list, what: str) -
 # ---------------------------------------------------------------------- fine-tune
 def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Optional[str], out: str,
              opts: Optional[FinetuneOptions] = None, **kw) -> dict:
-    """Fine-tune `model_dir` on `train`, select on `dev` (or a split carved from train), save to `out`."""
-    from .loading import from_pretrained, load_config
-    from .training import TrainConfig, Trainer
-
-    opts = opts or FinetuneOptions(**kw)
+    """Fine-tune `model_dir` on `train`, select on `dev` (or a split carved from train), save to `out`.
+    Without `opts`, the keyword arguments are its fields, flat (epochs=3, max_length=64: `from_dict`)."""
+    opts = opts or FinetuneOptions.from_dict(kw, source="finetune()")
+    seed = opts.train.seed
     spec = resolve_task(task)
     check_max_length(load_config(model_dir)[0], opts.max_length)  # as pretrain: refused, not clamped
     train_ex = spec.read(train)
@@ -140,10 +137,10 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
         dev_ex = spec.read(dev)
         dev_note = dev
     else:
-        train_ex, dev_ex = split_train_dev(train_ex, opts.dev_ratio, opts.seed)
-        dev_note = f"{int(opts.dev_ratio * 100)}% carved from {os.path.basename(train)} (seed {opts.seed})"
+        train_ex, dev_ex = split_train_dev(train_ex, opts.dev_ratio, seed)
+        dev_note = f"{int(opts.dev_ratio * 100)}% carved from {os.path.basename(train)} (seed {seed})"
     if opts.max_train and len(train_ex) > opts.max_train:
-        train_ex = random.Random(opts.seed).sample(train_ex, opts.max_train)
+        train_ex = random.Random(seed).sample(train_ex, opts.max_train)
     _need_labels(train_ex, spec, train)
     _need_labels(dev_ex, spec, dev or train)
     labels = collect_labels(spec, train_ex)
@@ -154,7 +151,7 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
         extra["custom"] = spec.extra
     head_kw = {"labels": labels, "num_labels": max(1, len(labels)), "extra": extra,
                "label_descriptions": label_descriptions(train_ex, labels)}
-    model = from_pretrained(model_dir, task=spec.head, seed=opts.seed, **head_kw)
+    model = from_pretrained(model_dir, task=spec.head, seed=seed, **head_kw)
     if opts.freeze_word_embeddings:
         model.backbone.embeddings.word.weight.requires_grad_(False)
     builder = FeatureBuilder(model.tokenizer, spec, labels, opts.max_length,
@@ -165,21 +162,14 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
     kept: dict = {}  # predictions of the best evaluation so far (same rule as the trainer: strictly better)
 
     def eval_fn(m) -> dict:
-        names = builder.label_names(builder.predict(m, dev_f, batch_size=2 * opts.batch_size))
+        names = builder.label_names(builder.predict(m, dev_f, batch_size=2 * opts.train.batch_size))
         metrics = score(spec, names, gold(dev_ex, spec))
         if "metrics" not in kept or metrics[spec.headline] > kept["metrics"][spec.headline]:
             kept.update(names=names, metrics=metrics)
         return metrics
 
-    tc = TrainConfig(out_dir=out, epochs=opts.epochs, max_steps=opts.max_steps, batch_size=opts.batch_size,
-                     lr=opts.lr, weight_decay=opts.weight_decay, warmup_ratio=opts.warmup_ratio,
-                     grad_accum=opts.grad_accum, precision=opts.precision, seed=opts.seed,
-                     eval_every=opts.eval_every, layerwise_lr_decay=opts.layerwise_lr_decay,
-                     metric_for_best=spec.headline, greater_is_better=True,
-                     early_stopping_patience=opts.early_stopping_patience, group_by_length=opts.group_by_length,
-                     progress=opts.progress, save_final=opts.save_checkpoints, save_every=opts.save_every,
-                     checkpoints=opts.save_checkpoints, keep_last=opts.keep_last,
-                     save_optimizer_state=opts.save_optimizer_state)
+    tc = dataclasses.replace(opts.train, out_dir=out, metric_for_best=spec.headline, greater_is_better=True,
+                             save_final=opts.train.checkpoints)
     trainer = Trainer(model.train(), tc, train_f, builder.collate, eval_fn=eval_fn, lengths=lengths(train_f),
                       tokenizer=model.tokenizer)
     summary = trainer.train(resume_from=out if opts.resume else None)
@@ -187,7 +177,7 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
     if _keep_best(model, out) and best_here:  # the best evaluation's predictions are those of out/best
         names, metrics = kept["names"], kept["metrics"]
     else:
-        names = builder.label_names(builder.predict(model, dev_f, batch_size=2 * opts.batch_size))
+        names = builder.label_names(builder.predict(model, dev_f, batch_size=2 * opts.train.batch_size))
         metrics = score(spec, names, gold(dev_ex, spec))
     model.save_pretrained(out)
     write_predictions(os.path.join(out, "dev_predictions"), spec, dev_ex, names)
@@ -216,8 +206,6 @@ def _keep_best(model, out: str) -> bool:
     best = os.path.join(out, "best")
     if not os.path.isdir(best):
         return False
-    from .convert.hf import read_weights
-
     sd, _ = read_weights(best)
     model.load_state_dict(sd, strict=False)
     return True
@@ -225,8 +213,6 @@ def _keep_best(model, out: str) -> bool:
 
 # ---------------------------------------------------------------------- evaluate / predict
 def _load_finetuned(model_dir: str, task: Optional[str], kg: Optional[Sequence[str]], max_length: Optional[int]):
-    from .loading import from_pretrained
-
     model = from_pretrained(model_dir)
     spec = get_task(task) if task else task_from_config(model.config)
     if model.task != spec.head:
@@ -265,7 +251,7 @@ def predict(model_dir: str, data: str, out: str, task: Optional[str] = None,
     names = builder.label_names(builder.predict(model, builder.build(examples, with_labels=False), batch_size))
     os.makedirs(out, exist_ok=True)
     if spec.family == "glue":
-        from .data.glue import SUBMISSION_NAME
+        from ..data.glue import SUBMISSION_NAME
 
         return write_predictions(os.path.join(out, SUBMISSION_NAME[spec.name]), spec, examples, names,
                                  ids=[ex.guid for ex in examples])  # the GLUE server matches its test index
@@ -303,8 +289,8 @@ def run_glue(model_dir: str, glue_dir: str, out: str, opts: Optional[FinetuneOpt
              tasks: Optional[Sequence[str]] = None) -> str:
     """Fine-tune and evaluate every GLUE task found under glue_dir; write test submissions where a test
     file exists; return (and save as out/results.txt) one table beside the BERT paper's numbers."""
-    from .data.glue import find_task_files
-    from .evaluation.glue import results_table
+    from ..data.glue import find_task_files
+    from ..evaluation.glue import results_table
 
     opts = opts or FinetuneOptions()
     rows = []

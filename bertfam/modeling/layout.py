@@ -1,0 +1,93 @@
+"""Padded or packed: the batch layout, decided once per forward, and the encoder output that knows it.
+
+A batch runs padded ((B, T, H), attention masked) or packed ((N, H), its N real tokens; see varlen.py).
+`choose_layout` is the one place that decides; `EncoderOutput` carries the final hidden states with their
+packing plan and gives heads what they need (per-token states, the first token, rows at chosen positions,
+a re-padded copy), so no head branches on the layout.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from .varlen import Packed, pack_info, repad, unpad
+
+PADDED_ENV = "BERTFAM_PADDED"
+
+
+def tracing() -> bool:
+    """Export, compile or jit tracing: one static graph, so no data-dependent layout choice."""
+    return (torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing()
+            or torch.onnx.is_in_onnx_export())
+
+
+def packed_by_default() -> bool:
+    """A new model packs where exact, unless BERTFAM_PADDED=1 (e.g. to compare against the padded path)."""
+    return os.environ.get(PADDED_ENV, "0") in ("", "0", "false", "no")
+
+
+def choose_layout(attention_mask: Optional[torch.Tensor], packed: bool, all_layers: bool = False,
+                  head_needs_padding: Optional[Callable[[torch.Tensor], bool]] = None
+                  ) -> tuple[Optional[torch.Tensor], Optional[Packed]]:
+    """(attention mask, plan): a `Packed` plan to run packed, or None to run padded with the returned mask
+    (None where nothing is padded: unmasked attention gives the same numbers, faster).
+
+    Packed only where it gives the padded numbers on real tokens: `packed` asked for, a (B, T) mask with
+    padding whose first column is real (the pooler reads position 0), no per-layer outputs (`all_layers`:
+    hidden states or attentions, exact at every position only padded), and no head target on padding
+    (`head_needs_padding` gets the (B, T) bool padding mask)."""
+    if tracing():
+        return attention_mask, None
+    if attention_mask is None or attention_mask.dim() != 2:  # none, or a (B, T, T) visibility matrix
+        return attention_mask, None
+    if bool(attention_mask.all()):
+        return None, None
+    if not packed or all_layers or not bool(attention_mask[:, 0].all()):
+        return attention_mask, None
+    if head_needs_padding is not None and head_needs_padding(~attention_mask.bool()):
+        return attention_mask, None
+    return attention_mask, pack_info(attention_mask)
+
+
+@dataclass
+class EncoderOutput:
+    """The encoder's final hidden states in the layout the batch ran in, plus what the backbone returns."""
+
+    states: torch.Tensor  # (N, H) packed or (B, T, H) padded
+    pooled: torch.Tensor  # (B, H) pooler output
+    plan: Optional[Packed] = None  # None: padded
+    hidden_states: Optional[list] = None  # L+1 tensors (B, T, H); only padded
+    attentions: Optional[list] = None  # (B, heads, T, T) per layer; only padded
+    embedding_output: Optional[torch.Tensor] = None  # (B, T, H); only padded
+
+    @property
+    def packed(self) -> bool:
+        return self.plan is not None
+
+    def tokens(self) -> torch.Tensor:
+        """Per-token states in the layout's own shape, (N, H) or (B, T, H): apply a token-wise module to
+        them, then `repad` its result and `align` the targets; both layouts then look alike."""
+        return self.states
+
+    def first(self) -> torch.Tensor:
+        """(B, H) state of each sequence's first token ([CLS])."""
+        return self.states.index_select(0, self.plan.first) if self.plan is not None else self.states[:, 0]
+
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        """(M, H) states where the (B, T) bool mask is True, in row-major order in both layouts."""
+        return self.states[unpad(positions, self.plan)] if self.plan is not None else self.states[positions]
+
+    def padded(self) -> torch.Tensor:
+        """(B, T, H), zeros at padding positions when packed."""
+        return self.repad(self.states)
+
+    def repad(self, x: torch.Tensor) -> torch.Tensor:
+        """A per-token result of `tokens()`, (N, ...) or (B, T, ...), as (B, T, ...)."""
+        return repad(x, self.plan) if self.plan is not None else x
+
+    def align(self, targets: torch.Tensor) -> torch.Tensor:
+        """(B, T, ...) per-token targets in the layout of `tokens()`: (N, ...) or (B, T, ...)."""
+        return unpad(targets, self.plan) if self.plan is not None else targets

@@ -1,0 +1,200 @@
+"""Inference optimisations as an explicit swap: `optimize_for_inference(model)`.
+
+The plain `Layer` / `Encoder` forward (encoder.py) is the model. This module swaps, in place, each
+encoder (and its layers) for a subclass with the same weights and state-dict names that runs faster where
+no gradient is needed, or torch.compiles the layers' token-wise blocks. Predictors (tasks/pipelines.py,
+tasks/mrc.py, hence `serve`), evaluation and embedding extraction call it.
+
+Buffer reuse (the default). BERT-base at 8 x 128 tokens allocates a 12.6 MB FFN activation, a 9.4 MB
+fused QKV output and a few 3 MB tensors in every layer. glibc serves blocks that large with fresh mmap'd
+(or freshly trimmed heap) pages, so each layer pays page faults that zero memory in the kernel: measured
+here about 58,000 faults and 0.22 s of system time per forward (transformers pays as much), 0-6,000 and
+0.02-0.06 s with these buffers. `ReusingEncoder` makes two buffers per forward that every
+`ReusingLayer` writes into (`torch.addmm(..., out=)`, in-place activation and residual add): "wide",
+M x 4H, holds QKV + the attention context and then, both dead by then, the FFN activation; "proj", M x H,
+the attention output projection and then the FFN output. The kernels and the order of operations are the
+plain path's, so outputs are bit-for-bit the same (tested).
+
+Only without autograd, in eval mode, outside autocast and tracing (`buffers_allowed`): training keeps every
+activation for the backward pass, so there is nothing to reuse; autocast picks each matmul's dtype, which
+out= buffers would override; export / compile need the plain graph. Anything else runs the plain forward,
+so a swapped model can still be trained. The buffers of one forward live in a context variable, so
+concurrent forwards (serving threads) never share them.
+"""
+from __future__ import annotations
+
+import contextvars
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import varlen
+from .encoder import Encoder, Layer
+from .layout import tracing
+from .varlen import Packed
+
+_COMPILED = ("attn_residual", "ffn_block")  # Layer methods replaced by compiled instance attributes
+_SCRATCH: contextvars.ContextVar[Optional["Scratch"]] = contextvars.ContextVar("bertfam_scratch", default=None)
+
+
+def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = None, compile: bool = False,
+                           **compile_kwargs) -> nn.Module:
+    """Speed up prediction with `model` (a TaskModel, BertfamModel or anything holding encoders), in place;
+    returns it. Outputs stay those of the plain forward (bit for bit with buffer reuse).
+
+    reuse_buffers (default: on unless compile): the buffer-reusing layers described above.
+    compile: torch.compile each layer's token-wise blocks (residual + LayerNorm, FFN; attention stays
+    eager), dynamic shapes, `compile_kwargs` passed on. Off by default: the first call costs minutes on
+    CPU (docs/benchmarks.md). The buffer path would bypass the compiled blocks, so compile excludes it.
+    Idempotent; a compiled model stays compiled. `restore_plain(model)` undoes both."""
+    if compile and reuse_buffers:
+        raise ValueError("reuse_buffers and compile exclude each other: the buffer path bypasses the compiled blocks")
+    reuse = (not compile) if reuse_buffers is None else reuse_buffers
+    kw = dict(dynamic=True, **compile_kwargs)
+    for enc in _encoders(model):
+        if compile:
+            _swap(enc, plain=True)
+            for layer in enc.layers:
+                for name in _COMPILED:
+                    if name not in layer.__dict__:
+                        setattr(layer, name, torch.compile(getattr(layer, name), **kw))
+        elif reuse and not is_compiled(enc):
+            _swap(enc, plain=False)
+    return model
+
+
+def restore_plain(model: nn.Module) -> nn.Module:
+    """Undo optimize_for_inference: plain layers, no compiled blocks. In place; returns model."""
+    for enc in _encoders(model):
+        _swap(enc, plain=True)
+        for layer in enc.layers:
+            for name in _COMPILED:
+                layer.__dict__.pop(name, None)
+    return model
+
+
+def is_compiled(enc: Encoder) -> bool:
+    return any(name in layer.__dict__ for layer in enc.layers for name in _COMPILED)
+
+
+def reuses_buffers(model: nn.Module) -> bool:
+    """Every encoder of `model` is swapped for the buffer-reusing one."""
+    encs = _encoders(model)
+    return bool(encs) and all(isinstance(e, ReusingEncoder) for e in encs)
+
+
+def _encoders(model: nn.Module) -> list:
+    return [m for m in model.modules() if isinstance(m, Encoder)]
+
+
+def _swap(enc: Encoder, plain: bool) -> None:
+    """Change the classes only: same objects, weights, state-dict names and optimizer references."""
+    if type(enc) in (Encoder, ReusingEncoder):  # a subclass of someone else's is left alone
+        enc.__class__ = Encoder if plain else ReusingEncoder
+    for layer in enc.layers:
+        if type(layer) in (Layer, ReusingLayer):
+            layer.__class__ = Layer if plain else ReusingLayer
+
+
+def buffers_allowed() -> bool:
+    """No autograd graph being recorded, nothing traced, no autocast."""
+    autocast = torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")
+    return not torch.is_grad_enabled() and not tracing() and not autocast
+
+
+# ---------------------------------------------------------------- the swapped classes
+class ReusingEncoder(Encoder):
+    """Encoder that hands its layers one set of scratch buffers per no-grad eval forward."""
+
+    def forward(self, x, mask, output_hidden_states: bool = False, output_attentions: bool = False):
+        if self.training or output_attentions or not buffers_allowed():
+            return super().forward(x, mask, output_hidden_states, output_attentions)
+        token = _SCRATCH.set(Scratch())
+        try:
+            return super().forward(x, mask, output_hidden_states, output_attentions)
+        finally:
+            _SCRATCH.reset(token)
+
+
+class ReusingLayer(Layer):
+    """Layer that writes its big intermediates into the enclosing ReusingEncoder's buffers, when it has any."""
+
+    def forward(self, x: torch.Tensor, mask, need_scores: bool = False):
+        scratch = _SCRATCH.get()
+        if scratch is None or need_scores or self.training:
+            return super().forward(x, mask, need_scores)
+        return self._forward_reusing(x, mask, scratch), None
+
+    def _forward_reusing(self, x: torch.Tensor, mask, scratch: "Scratch") -> torch.Tensor:
+        """attn_residual then ffn_block in eval mode (dropout is the identity), same kernels and order."""
+        H, I = x.shape[-1], self.ffn_in.out_features
+        x2 = x.reshape(-1, H)  # (M, H), M = B * T or N
+        M = x2.shape[0]
+        wide = scratch.get("wide", (M * max(4 * H, I),), x2)
+        proj = scratch.get("proj", (M, H), x2)
+        a = _attention_into(self.attn, x, mask, wide[:3 * M * H].view(M, 3 * H),
+                            wide[3 * M * H:4 * M * H].view(M, H), proj)  # (M, H) in proj
+        x1 = self.attn_norm(a.add_(x2))  # x + a (addition commutes bit for bit)
+        f = _activate_(self.act, _linear_into(self.ffn_in, x1, wide[:M * I].view(M, I)))  # (M, I)
+        g = _linear_into(self.ffn_out, f, proj)  # (M, H)
+        return self.ffn_norm(g.add_(x1)).view(x.shape)
+
+
+def _attention_into(attn, x: torch.Tensor, mask, qkv_buf: torch.Tensor, ctx_buf: torch.Tensor,
+                    out: torch.Tensor) -> torch.Tensor:
+    """SelfAttention in eval mode writing the QKV projection (M, 3H), the context (M, H) and the output
+    projection (M, H) into the given buffers; M = B * T, or N packed tokens."""
+    H = x.shape[-1]
+    M = qkv_buf.shape[0]
+    qkv = _linear_into(attn.qkv, x.reshape(M, H), qkv_buf)  # (M, 3H)
+    if isinstance(mask, Packed):
+        ctx = varlen.attention(qkv.view(M, 3, attn.heads, attn.head_dim), mask, 0.0,
+                               out=ctx_buf.view(M, attn.heads, attn.head_dim))  # (N, H)
+    else:
+        B, T, _ = x.shape
+        q, k, v = qkv.view(B, T, 3, attn.heads, attn.head_dim).permute(2, 0, 3, 1, 4)  # (B, h, T, d)
+        c = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, h, T, d)
+        ctx = ctx_buf.view(B, T, attn.heads, attn.head_dim).copy_(c.transpose(1, 2)).view(M, H)
+    return _linear_into(attn.out, ctx, out)
+
+
+# ---------------------------------------------------------------- buffers and in-place kernels
+class Scratch:
+    """Named flat buffers, grown on demand, handed out as views of the asked shape."""
+
+    def __init__(self) -> None:
+        self._flat: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, shape: tuple, like: torch.Tensor) -> torch.Tensor:
+        n = 1
+        for s in shape:
+            n *= s
+        buf = self._flat.get(name)
+        if buf is None or buf.numel() < n or buf.dtype != like.dtype or buf.device != like.device:
+            buf = torch.empty(n, dtype=like.dtype, device=like.device)
+            self._flat[name] = buf
+        return buf[:n].view(shape)
+
+
+def _linear_into(lin: nn.Linear, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """lin(x) written into `out` (the same addmm kernel F.linear uses for 2-D input). x: (M, K), out: (M, N)."""
+    if lin.bias is None:
+        return torch.mm(x, lin.weight.t(), out=out)
+    return torch.addmm(lin.bias, x, lin.weight.t(), out=out)
+
+
+# activations that can overwrite their input; the rest fall back to an out-of-place call
+_INPLACE = {
+    F.gelu: lambda x: torch.ops.aten.gelu_(x),
+    F.relu: torch.relu_,
+    F.silu: lambda x: F.silu(x, inplace=True),
+    torch.tanh: torch.tanh_,
+}
+
+
+def _activate_(act, x: torch.Tensor) -> torch.Tensor:
+    """act(x), overwriting x when the activation has an in-place form."""
+    f = _INPLACE.get(act)
+    return f(x) if f is not None else act(x)

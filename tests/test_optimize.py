@@ -1,0 +1,101 @@
+"""optimize_for_inference: the optimised model answers as the plain one (every head, padded and packed
+batches), training and autograd never take the optimised path, and the swap changes no weights or names."""
+import copy
+
+import pytest
+import torch
+
+import bertfam
+from bertfam import HeadConfig
+from bertfam.modeling import optimize
+from bertfam.modeling.encoder import Encoder, Layer
+from bertfam.modeling.optimize import optimize_for_inference, restore_plain, reuses_buffers
+
+from .test_varlen import HEADS, _batch, _labels
+
+FIELDS = ("last_hidden_state", "pooler_output", "logits", "pair_logits", "start_logits", "end_logits",
+          "answerable_logits", "loss")
+
+
+def _count_scratch(monkeypatch) -> list:
+    made = []
+    real = optimize.Scratch
+    monkeypatch.setattr(optimize, "Scratch", lambda: made.append(1) or real())
+    return made
+
+
+def _same(a, b, tol=1e-5) -> None:
+    for name in FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert x.shape == y.shape and float((x - y).abs().max()) <= tol, name
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda h: "-".join(str(v) for v in h.values()))
+@pytest.mark.parametrize("layout", ["packed", "padded"])
+def test_optimised_equals_plain_for_every_head(tiny_cfg, head, layout, monkeypatch):
+    cfg = tiny_cfg.replace(head=HeadConfig(**head))
+    plain = bertfam.build_model(cfg, seed=0).eval()
+    fast = optimize_for_inference(copy.deepcopy(plain))
+    kw = _batch(cfg, B=4, T=11, seed=3)
+    extra = _labels(cfg.head.task, cfg, kw, torch.Generator().manual_seed(5))
+    made = _count_scratch(monkeypatch)
+    with torch.inference_mode():
+        for batch in (kw, dict(kw, **extra)):
+            a = plain(**batch, packed=layout == "packed")
+            assert made == []
+            b = fast(**batch, packed=layout == "packed")
+            assert made, "the optimised path was not taken"
+            _same(a, b)
+            made.clear()
+
+
+def test_training_and_autograd_never_take_the_optimised_path(tiny_cfg, monkeypatch):
+    cfg = tiny_cfg.replace(head=HeadConfig(task="token", num_labels=3))
+    model = optimize_for_inference(bertfam.build_model(cfg, seed=0))
+    kw = _batch(cfg, B=3, T=9)
+    made = _count_scratch(monkeypatch)
+    model.train()
+    model(**kw).logits.sum().backward()  # train mode, grad on
+    with torch.no_grad():
+        model(**kw)  # train mode (dropout), no grad
+    model.eval()
+    model(**kw).logits.sum().backward()  # eval mode, grad on
+    with torch.no_grad():
+        model(**kw, output_attentions=True)  # raw scores: the plain attention
+    assert made == []
+    assert model.backbone.encoder.layers[0].ffn_in.weight.grad is not None
+
+
+def test_swap_is_in_place_idempotent_and_reversible(tiny_cfg):
+    model = bertfam.build_model(tiny_cfg.replace(head=HeadConfig(task="span")), seed=0).eval()
+    names = list(model.state_dict())
+    params = [id(p) for p in model.parameters()]
+    assert optimize_for_inference(model) is model and reuses_buffers(model)
+    optimize_for_inference(model)
+    assert list(model.state_dict()) == names and [id(p) for p in model.parameters()] == params
+    twin = copy.deepcopy(model)  # the head's parts stay the model's registered modules
+    assert twin.head.parts["span"] is twin.span and twin.span is not model.span
+    assert restore_plain(model) is model and not reuses_buffers(model)
+    assert type(model.backbone.encoder) is Encoder
+    assert all(type(layer) is Layer for layer in model.backbone.encoder.layers)
+    with pytest.raises(ValueError):
+        optimize_for_inference(model, reuse_buffers=True, compile=True)
+
+
+def test_multimodal_model_reuses_buffers(monkeypatch):
+    from bertfam.multimodal.config import MultimodalConfig
+    from bertfam.multimodal.model import build_multimodal
+
+    cfg = bertfam.preset("bert-tiny", vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=40, head=HeadConfig(task="classification",
+                                                                                           num_labels=2))
+    plain = build_multimodal(cfg, MultimodalConfig(modality="image", feature_dim=6), seed=0).eval()
+    fast = optimize_for_inference(copy.deepcopy(plain))
+    kw = dict(input_ids=torch.randint(5, 60, (2, 7)), features=torch.randn(2, 3, 6), labels=torch.tensor([0, 1]))
+    made = _count_scratch(monkeypatch)
+    with torch.inference_mode():
+        a, b = plain(**kw), fast(**kw)
+    assert made == [1]
+    _same(a, b)
