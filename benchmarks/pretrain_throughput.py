@@ -41,9 +41,9 @@ def instances(a, tok):
     import numpy as np
 
     from bertfam.data.corpus import iter_documents
-    from bertfam.objectives import InstanceBuilder, SentenceEncoder
+    from bertfam.objectives import InstanceBuilder, SentenceSegmenter
 
-    enc = SentenceEncoder(tok, "wordpiece", max_tokens=a.seq_len)
+    enc = SentenceSegmenter(tok, "wordpiece", max_tokens=a.seq_len)
     docs, need = [], a.batch_size * (a.steps + a.warmup)
     for doc in iter_documents([a.corpus]):
         docs.append(enc.encode_batch(doc))

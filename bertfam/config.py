@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -23,9 +25,139 @@ ENCODER = "encoder"  # the task `from_pretrained` / `export` name a bare backbon
 LOAD_TASKS = (ENCODER,) + HEAD_TASKS
 
 
+TRAINING_INFO_FILE = "training_info.json"  # beside config.json: provenance, never read to build or run a model
+
+
+# -------------------------------------------------------------------- typed task settings
+class TypedSettings:
+    """Base of the typed task settings below: every field is type-checked on construction (ConfigError
+    naming the field, e.g. `head.mrc.max_length`), `from_dict` refuses unknown keys, and each field's default
+    is the one default of that setting (callers that take an override use None for "the model's setting")."""
+
+    WHERE = "settings"
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, _typed(getattr(self, f.name), hints[f.name], f"{self.WHERE}.{f.name}"))
+        self.check()
+
+    def check(self) -> None:
+        """Range checks after the type checks (subclasses)."""
+
+    def need(self, cond: bool, name: str, what: str) -> None:
+        if not cond:
+            raise ConfigError(f"{self.WHERE}.{name} must be {what}, got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_dict(cls, d, where: Optional[str] = None):
+        where = where or cls.WHERE
+        if isinstance(d, cls):
+            return d
+        if not isinstance(d, dict):
+            raise ConfigError(f"{where} must be a mapping of {', '.join(f.name for f in dataclasses.fields(cls))}, "
+                              f"got {d!r}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}")
+        return cls(**d)
+
+
+def _typed(v: Any, hint: Any, where: str) -> Any:
+    """v checked against a field's type hint (int, float, bool, str, list[X], Optional[X], a TypedSettings class);
+    ints are accepted for floats, nothing else is converted."""
+    if typing.get_origin(hint) is typing.Union:
+        if v is None:
+            return None
+        (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
+    if isinstance(hint, type) and issubclass(hint, TypedSettings):
+        return hint.from_dict(v, where)
+    if typing.get_origin(hint) is list:
+        if not isinstance(v, (list, tuple)):
+            raise ConfigError(f"{where} must be a list, got {v!r}")
+        (item,) = typing.get_args(hint)
+        return [_typed(x, item, f"{where}[{i}]") for i, x in enumerate(v)]
+    if hint is float:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v):
+            return float(v)
+        raise ConfigError(f"{where} must be a number, got {v!r}")
+    names = {int: "an integer", bool: "true or false", str: "a string"}
+    if hint in names:
+        if isinstance(v, hint) and not (hint is int and isinstance(v, bool)):
+            return v
+        raise ConfigError(f"{where} must be {names[hint]}, got {v!r}")
+    if hint is dict:
+        if isinstance(v, dict):
+            return v
+        raise ConfigError(f"{where} must be a mapping, got {v!r}")
+    raise TypeError(f"{where}: no check for type {hint!r}")  # a field type this module does not know
+
+
+@dataclass
+class MRCSettings(TypedSettings):
+    """A span model's reading-comprehension windows, decoding and no-answer rule (`head.mrc`). Each default
+    here is the only one: `bertfam mrc train` records the windows it trained with, threshold tuning the
+    thresholds (and max_answer_length); MRCPredictor, the mrc pipeline and `serve` read them, and their
+    arguments (None = the model's setting) override them. A span model without `head.mrc` (a Hugging Face
+    import) runs with these defaults.
+
+    No-answer rule (`tasks.mrc.answered`): answer iff best span - null score > null_threshold AND
+    P(answerable) >= answerable_threshold (a model without the classifier: the first test alone)."""
+
+    WHERE = "head.mrc"
+
+    max_length: int = 384  # tokens per window (question + passage)
+    doc_stride: int = 128  # tokens of overlap between consecutive windows of a long passage
+    max_query_length: int = 64  # question tokens kept
+    max_answer_length: int = 64  # longest answer span, tokens
+    n_best: int = 20  # candidate spans kept per question
+    use_title: bool = True  # the title goes before the passage
+    null_threshold: float = 0.0
+    answerable_threshold: float = 0.5
+
+    def check(self) -> None:
+        for name in ("max_length", "max_query_length", "max_answer_length", "n_best"):
+            self.need(getattr(self, name) > 0, name, "a positive integer")
+        self.need(self.doc_stride >= 0, "doc_stride", "a non-negative integer")
+        self.need(0.0 <= self.answerable_threshold <= 1.0, "answerable_threshold", "a probability in [0, 1]")
+
+
+@dataclass
+class CustomTaskSettings(TypedSettings):
+    """`bertfam finetune --task custom`: how the user's file is read again by evaluate / predict."""
+
+    WHERE = "head.finetune.custom"
+
+    format: str = "tsv"  # tsv | jsonl
+    text_cols: list[str] = field(default_factory=list)  # names, or 0-based numbers as strings
+    label_col: Optional[str] = None
+    header: bool = True  # TSV with a header row
+
+
+@dataclass
+class FinetuneSettings(TypedSettings):
+    """What `bertfam finetune` trained a head for (`head.finetune`): `evaluate` and `predict` need only
+    the model directory and a data file. Each default here is the only one (FinetuneOptions and the
+    commands take theirs from it)."""
+
+    WHERE = "head.finetune"
+
+    task: str = ""  # task-table name (sst2, tnews, cluener ...) or "custom"
+    kind: str = "single"  # single | pair | regression | token
+    max_length: int = 128  # tokens per example, in training and (by default) in evaluate / predict
+    kg: Optional[list[str]] = None  # K-BERT knowledge-graph files (.spo)
+    custom: Optional[CustomTaskSettings] = None  # task "custom" only
+
+    def check(self) -> None:
+        self.need(bool(self.task), "task", "a task name")
+        self.need(self.max_length > 0, "max_length", "a positive integer")
+
+
 @dataclass
 class HeadConfig:
-    """What sits on top of the backbone. Saved inside config.json under "head"."""
+    """What sits on top of the backbone. Saved inside config.json under "head"; `info` is saved apart, in
+    training_info.json beside config.json."""
 
     task: Optional[str] = None  # None | mlm | pretraining | classification | regression | token | span
     num_labels: int = 2
@@ -38,7 +170,78 @@ class HeadConfig:
     classifier_dropout: Optional[float] = None
     pair_objective: Optional[str] = None  # pretraining: "nsp" | "sop" | None (MLM only)
     answerability: bool = True  # span head: 2-way answerable classifier on [CLS]
-    extra: dict[str, Any] = field(default_factory=dict)  # task-specific values (thresholds, tag scheme ...)
+    mrc: Optional[MRCSettings] = None  # span head: windows, decoding, thresholds (None: MRCSettings defaults)
+    finetune: Optional[FinetuneSettings] = None  # the task `bertfam finetune` trained this head for
+    # provenance (training data, tuning results, demo questions seen): training_info.json, not config.json;
+    # not compared (two configs that build and run the same model are equal)
+    info: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.mrc is not None:
+            self.mrc = MRCSettings.from_dict(self.mrc)
+        if self.finetune is not None:
+            self.finetune = FinetuneSettings.from_dict(self.finetune)
+        if not isinstance(self.info, dict):
+            raise ConfigError(f"head.info must be a mapping, got {self.info!r}")
+
+    @property
+    def mrc_settings(self) -> MRCSettings:
+        """head.mrc, or the defaults when the model has none recorded."""
+        return self.mrc if self.mrc is not None else MRCSettings()
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "head") -> "HeadConfig":
+        """The head of a config.json mapping. A checkpoint written before the typed settings has
+        `head.extra` instead: its known keys go to `mrc` (span heads) / `finetune` (fine-tuned heads), the
+        rest (provenance, demo bookkeeping) to `info`."""
+        d = dict(d)
+        if "extra" in d:
+            d.update(legacy_extra(d.get("task"), d.pop("extra"), source))
+        return cls(**known_fields(cls, d, source))
+
+
+_MRC_KEYS = tuple(f.name for f in dataclasses.fields(MRCSettings))
+_FINETUNE_KEYS = ("task", "kind", "max_length", "kg", "custom")
+
+
+def legacy_extra(task: Optional[str], extra: Any, source: str = "head") -> dict:
+    """HeadConfig fields of an old `head.extra` mapping (checkpoints before the typed settings): the MRC keys
+    of a span head -> `mrc`, the fine-tuning record (it has a "task") -> `finetune`, the rest -> `info`."""
+    if extra is None:
+        return {}
+    if not isinstance(extra, dict):
+        raise ConfigError(f"{source}: extra must be a mapping, got {extra!r}")
+    rest = dict(extra)
+    out: dict = {}
+    try:
+        if task == "span":
+            mrc = {k: rest.pop(k) for k in _MRC_KEYS if k in rest}
+            if mrc:
+                out["mrc"] = MRCSettings.from_dict(mrc)
+        if rest.get("task"):
+            ft = {k: rest.pop(k) for k in _FINETUNE_KEYS if k in rest}
+            if not ft.get("custom"):
+                ft["custom"] = None  # an old token-kind custom task recorded {}
+            out["finetune"] = FinetuneSettings.from_dict(ft)
+    except ConfigError as e:
+        raise ConfigError(f"{e} (read from the old head.extra)") from None
+    if rest:
+        out["info"] = rest
+    return out
+
+
+def read_training_info(model_dir: str) -> dict:
+    """training_info.json of a model directory ({} when it has none)."""
+    path = os.path.join(model_dir, TRAINING_INFO_FILE)
+    return read_json(path) if os.path.isfile(path) else {}
+
+
+def with_training_info(cfg: "ModelConfig", model_dir: str) -> "ModelConfig":
+    """cfg with model_dir's training_info.json in head.info (over what an old head.extra left there)."""
+    info = read_training_info(model_dir)
+    if info:
+        cfg.head.info = {**cfg.head.info, **info}
+    return cfg
 
 
 @dataclass
@@ -74,7 +277,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.head, dict):
-            self.head = HeadConfig(**known_fields(HeadConfig, self.head, "head"))
+            self.head = HeadConfig.from_dict(self.head, "head")
         self.validate()
 
     # ---------------------------------------------------------------- derived
@@ -118,7 +321,9 @@ class ModelConfig:
 
     # ---------------------------------------------------------------- json
     def to_dict(self) -> dict:
+        """config.json's mapping (head.info is not in it: `save` writes it to training_info.json)."""
         d = dataclasses.asdict(self)
+        d["head"].pop("info", None)
         d["bertfam_config_version"] = 1
         return d
 
@@ -130,16 +335,30 @@ class ModelConfig:
             return cls(**known_fields(cls, d, source))
         except TypeError as e:  # wrong value types that dataclass construction rejects
             raise ConfigError(f"{source}: {e}") from None
+        except ConfigError as e:
+            msg = str(e)  # a head field's error names the field: say which file too
+            if not msg.startswith("head"):
+                raise
+            raise ConfigError(f"{source}: {msg}") from None
 
     def save(self, path: str) -> None:
+        """config.json at `path` and, beside it, training_info.json with head.info (each atomically). A
+        config.json saved without info removes a training_info.json left beside it: it described another
+        model."""
         from .utils import atomic_write_text
 
+        info_path = os.path.join(os.path.dirname(os.path.abspath(path)), TRAINING_INFO_FILE)
+        if self.head.info:
+            atomic_write_text(info_path, json.dumps(self.head.info, indent=2, ensure_ascii=False, default=str) + "\n")
         atomic_write_text(path, json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        if not self.head.info and os.path.basename(path) == "config.json" and os.path.isfile(info_path):
+            os.remove(info_path)
 
     @classmethod
     def load(cls, path: str) -> "ModelConfig":
+        """A config.json (with the training_info.json beside it in head.info)."""
         d = read_json(path)
-        return cls.from_dict(d, source=path)
+        return with_training_info(cls.from_dict(d, source=path), os.path.dirname(os.path.abspath(path)))
 
     def replace(self, **kw) -> "ModelConfig":
         return dataclasses.replace(self, **kw)

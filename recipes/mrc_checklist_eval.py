@@ -124,9 +124,9 @@ def main() -> int:
             [e for e in exs if not e.is_impossible],
             [r["nbest"][0]["text"] if r["nbest"] else NO_ANSWER for r, e in zip(raws, exs) if not e.is_impossible]
         )["all"]
-    # a model continued from one that saw half of the demo (head.extra.demo_seen_qids) is scored on the
-    # other half apart: only that half is held out for it
-    seen = set(pred.models[0].config.head.extra.get("demo_seen_qids", []))
+    # a model continued from one that saw half of the demo (training_info.json demo_seen_qids) is scored on
+    # the other half apart: only that half is held out for it
+    seen = set(pred.models[0].config.head.info.get("demo_seen_qids", []))
     if seen and "demo" in sets:
         exs, ws = sets["demo"]
         keep = [i for i, e in enumerate(exs) if e.qid not in seen]
@@ -146,9 +146,8 @@ def main() -> int:
                             ignore=shutil.ignore_patterns("checkpoints", "best", "*.jsonl"))
         m = pred.models[0]
         if args.tune_demo_half:  # `bertfam demo` then scores the held-out half apart
-            import dataclasses
-            seen = sorted(set(m.config.head.extra.get("demo_seen_qids", [])) | half)
-            m.config.head = dataclasses.replace(m.config.head, extra=dict(m.config.head.extra, demo_seen_qids=seen))
+            seen = sorted(set(m.config.head.info.get("demo_seen_qids", [])) | half)
+            m.config.head.info = dict(m.config.head.info, demo_seen_qids=seen)  # into training_info.json
         save_thresholds(m, args.save, {"null_threshold": chosen["null_threshold"],
                                        "answerable_threshold": chosen["answerable_threshold"],
                                        "dev_f1": report["dev"]["all"]["F1"],

@@ -5,7 +5,7 @@ passages, ~45 % unanswerable by construction) plus, with --checklist-tune, the D
 half; scores are then reported on: dev by source x answerable/unanswerable, the checklist held-out half
 (never trained or tuned on) and all 100 checklist questions, each next to the always-"no answer" baseline.
 With --save DIR the model is written there with the thresholds and the checklist qids it saw
-(head.extra demo_seen_qids, so `bertfam demo` scores the held-out half apart).
+(training_info.json demo_seen_qids, so `bertfam demo` scores the held-out half apart).
 
 Usage: python recipes/mrc_split_eval.py MODEL_DIR --dev RUN/data4/dev.json --checklist-dir RUN/data5
        [--checklist-tune | --no-tune] [--seen-qids] [--save OUT_DIR] [--json OUT.json]
@@ -13,6 +13,7 @@ Usage: python recipes/mrc_split_eval.py MODEL_DIR --dev RUN/data4/dev.json --che
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -82,9 +83,10 @@ def main() -> None:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)
     if a.save:
-        model.config.head.extra = dict(model.config.head.extra, max_length=pred.max_length)
-        if a.seen_qids:
-            model.config.head.extra = dict(model.config.head.extra, demo_seen_qids=sorted(ex.qid for ex in tune_ck))
+        head = model.config.head
+        head.mrc = dataclasses.replace(head.mrc_settings, max_length=pred.max_length)
+        if a.seen_qids:  # training_info.json
+            head.info = dict(head.info, demo_seen_qids=sorted(ex.qid for ex in tune_ck))
         model.save_pretrained(a.save)
         save_thresholds(model, a.save, tuned, "stage-1 dev split" + (" + DuReader-checklist tuning half"
                                                                       if a.checklist_tune else ""))

@@ -28,7 +28,7 @@ def tiny_cfg():
 
 
 def minilm_dir():
-    from bertfam.demo import minilm_dir as f
+    from bertfam.runners.demo import minilm_dir as f
 
     return f()
 

@@ -129,7 +129,7 @@ def test_loaded_model_is_real_trainable_float32(tmp_path, tiny_dir):
 def test_demo_runs(capsys):
     # `bertfam demo` itself answers 100 questions with the shipped MRC model (tests/test_demo.py covers it on
     # a tiny model); here the encoder demo it falls back to without a shipped model
-    from bertfam.demo import encoder_demo
+    from bertfam.runners.demo import encoder_demo
 
     encoder_demo()
     assert "last_hidden_state" in capsys.readouterr().out

@@ -5,18 +5,19 @@ import pytest
 
 import bertfam
 from bertfam.cli import main
-from bertfam.demo import HAND_WRITTEN, demo_data_path
+from bertfam.runners.demo import HAND_WRITTEN, demo_data_path
 
 
 @pytest.fixture(scope="module")
 def tiny_span_dir(tmp_path_factory):
     from bertfam import HeadConfig, Tokenizer, preset
+    from bertfam.config import MRCSettings
 
     from .conftest import ZH_VOCAB
 
     tok = Tokenizer.from_vocab(ZH_VOCAB)
     cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=1, max_position_embeddings=128,
-                 head=HeadConfig(task="span", extra={"max_length": 128, "doc_stride": 64}))
+                 head=HeadConfig(task="span", mrc=MRCSettings(max_length=128, doc_stride=64)))
     d = tmp_path_factory.mktemp("demo") / "span"
     bertfam.build_model(cfg, seed=0).save_pretrained(str(d), tokenizer=tok)
     return d
@@ -31,7 +32,7 @@ def test_demo_data_is_the_checklist_demo():
 
 
 def test_demo_on_a_span_model(tiny_span_dir, capsys):
-    from bertfam.demo import run
+    from bertfam.runners.demo import run
 
     r = run(str(tiny_span_dir), limit=10)  # the first 10 demo questions: 4 without an answer
     out = capsys.readouterr().out
@@ -61,7 +62,7 @@ def test_demo_bad_model_says_what_is_expected(tmp_path, tiny_span_dir, capsys):
 
 
 def test_shipped_model_loads_and_answers():
-    from bertfam.demo import load_mrc_model, shipped_model_dir
+    from bertfam.runners.demo import load_mrc_model, shipped_model_dir
     from bertfam.tasks.mrc import predictor_from_models
 
     d = shipped_model_dir()
@@ -74,17 +75,19 @@ def test_shipped_model_loads_and_answers():
 
 
 def test_demo_scores_held_out_questions_apart(tmp_path, tiny_span_dir, capsys):
-    """A model trained/tuned on some demo questions (head.extra demo_seen_qids) gets a second score table
+    """A model trained/tuned on some demo questions (training_info.json demo_seen_qids) gets a second score table
     over the untouched ones, with its own baseline."""
     from bertfam.data.mrc import read_mrc
-    from bertfam.demo import run
+    from bertfam.runners.demo import run
 
     demo, _ = read_mrc(demo_data_path(), mode="predict")
     m = bertfam.from_pretrained(str(tiny_span_dir))
     seen = [ex.qid for ex in demo[:10] if not ex.is_impossible][:3]  # 3 answerable ones seen
-    m.config.head.extra = dict(m.config.head.extra, demo_seen_qids=seen)
+    m.config.head.info = dict(m.config.head.info, demo_seen_qids=seen)
     d = tmp_path / "seen"
     m.save_pretrained(str(d))
+    assert json.load(open(d / "training_info.json")) == {"demo_seen_qids": seen}
+    assert "demo_seen_qids" not in (d / "config.json").read_text()
     r = run(str(d), limit=10)
     out = capsys.readouterr().out
     assert "3 of these questions were used to train / tune this model; the 7 held-out ones (4 without" in out

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from bertfam import HeadConfig, Tokenizer, build_model, preset
+from bertfam.config import MRCSettings
 from bertfam.data.dureader2 import (align_words, answer_overlap, best_f1_span, find_squeezed, read_dureader2,
                                     word_span_to_chars)
 from bertfam.data.mrc import MRCAnswer, MRCExample
-from bertfam.data.mrc_features import Window
+from bertfam.data.mrc_windows import Window
 from bertfam.data.mrc_negatives import answer_removed_negative, sentences, similar_passage_negatives
 from bertfam.errors import DataError
 from bertfam.tasks.mrc import MRCPredictor, decode, tune_on_raw
@@ -180,10 +181,10 @@ def test_tune_on_raw_rules():
 def test_predictor_takes_the_tuned_answer_length_from_the_model():
     tok = Tokenizer.from_vocab(ZH_VOCAB)
     cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=1, max_position_embeddings=128,
-                 head=HeadConfig(task="span", extra={"max_answer_length": 96}))
+                 head=HeadConfig(task="span", mrc=MRCSettings(max_answer_length=96)))
     m = build_model(cfg, seed=0)
     m.tokenizer = tok
     assert MRCPredictor(m).max_answer_length == 96
     assert MRCPredictor(m, max_answer_length=12).max_answer_length == 12
     m.config.head = HeadConfig(task="span")
-    assert MRCPredictor(m).max_answer_length == 64
+    assert MRCPredictor(m).max_answer_length == MRCSettings.max_answer_length == 64

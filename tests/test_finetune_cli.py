@@ -67,7 +67,12 @@ def test_classification_finetune_evaluate_predict_reload(tiny, tmp_path, capsys)
 
     m = from_pretrained(str(out))
     assert m.task == "classification" and m.config.head.labels == ["0", "1"]
-    assert m.config.head.extra["task"] == "sst2"
+    assert m.config.head.finetune.task == "sst2" and m.config.head.finetune.max_length == 64
+    info = json.load(open(out / "training_info.json"))  # the run's provenance, beside config.json
+    run = info["runs"][-1]
+    assert run["command"] == "finetune" and run["task"] == "sst2" and run["steps"] > 0
+    assert run["value"] == json.load(open(out / "eval_results.json"))["value"]
+    assert "runs" not in (out / "config.json").read_text() and m.config.head.info == info
 
 
 def test_prediction_rows_are_indexed_from_0(tiny, tmp_path, capsys):
@@ -212,8 +217,8 @@ def test_embed_cli_and_polysemy_api(tiny, tmp_path, capsys):
     assert [f["token"] for f in toks[1]["features"]] == ["[CLS]", "[SEP]"]  # a blank line is the empty text
     assert len(toks[0]["features"][0]["layers"]) == 2
     # mean pooling is mask-aware: a text's vector does not depend on the batch's padding
-    from bertfam.embed import cosine, embed_texts, word_vectors
-    from bertfam.loading import from_pretrained
+    from bertfam.tasks.embed import cosine, embed_texts, word_vectors
+    from bertfam.checkpoint import from_pretrained
 
     alone = embed_texts(tiny, ["我爱北京"])["mean"][0]
     np.testing.assert_allclose(alone, mean[0, :1], atol=1e-5)
@@ -229,7 +234,7 @@ def test_embed_cli_and_polysemy_api(tiny, tmp_path, capsys):
 def test_embed_rows_stay_aligned_with_lines(tiny, tmp_path, capsys, caplog):
     """Blank line: the empty text's vectors; a line that is not UTF-8: reported as file:line and a row of NaN;
     CRLF, a byte-order mark and a vertical tab inside a line do not shift the rows."""
-    from bertfam.embed import embed_texts
+    from bertfam.tasks.embed import embed_texts
 
     inp = tmp_path / "in.txt"
     inp.write_bytes("\ufeff我爱北京\r\n\r\n".encode() + b"\xff\xfebad\n" + "天气\x0b很好\n".encode())
@@ -277,7 +282,7 @@ def test_errors_in_process(tiny, tmp_path, capsys):
 
 
 class FakeKBert:
-    """Stands in for bertfam.knowledge.KBertEncoder (contract: encode -> input_ids, token_type_ids,
+    """Stands in for bertfam.knowledge.KBertInputBuilder (contract: encode -> input_ids, token_type_ids,
     position_ids, visible_matrix, source_index). Injects one token after every first character,
     invisible to the other sentence tokens."""
 
@@ -322,7 +327,7 @@ class FakeKBert:
 
 def test_kbert_features_contract(tiny):
     from bertfam.data.ner import read_kbert_ner
-    from bertfam.loading import from_pretrained
+    from bertfam.checkpoint import from_pretrained
     from bertfam.tasks.features import FeatureBuilder, collect_labels
     from bertfam.tasks.table import get_task
 
@@ -380,7 +385,7 @@ def test_long_ner_sentence_is_windowed_and_merged(tiny):
     """A sentence 3x the window gets several windows whose labels align with the gold tags; prediction
     returns one tag per character, each from the window where it has the most context."""
     from bertfam.data.labelled import Example
-    from bertfam.loading import from_pretrained
+    from bertfam.checkpoint import from_pretrained
     from bertfam.tasks.features import FeatureBuilder
     from bertfam.tasks.table import get_task
 

@@ -145,7 +145,7 @@ def _check(found: set) -> None:
 def test_graph_sees_relative_and_function_level_imports():
     g = graph()
     assert "bertfam.errors" in g["bertfam.data.mrc"]  # `from ..errors import ...`
-    assert "bertfam.knowledge" in g["bertfam.runners.finetune"]  # inside _kbert_encoder
+    assert "bertfam.knowledge" in g["bertfam.runners.finetune"]  # inside _kbert_inputs
     assert "bertfam.modeling.model" in g["bertfam.modeling"]  # `from .model import ...` in a package
 
 

@@ -7,7 +7,7 @@ import torch
 
 from bertfam import DataError, Tokenizer, build_model, preset
 from bertfam.errors import ConfigError
-from bertfam.knowledge import KBertEncoder, KnowledgeGraph
+from bertfam.knowledge import KBertInputBuilder, KnowledgeGraph
 
 from .conftest import FIXTURES, ZH_VOCAB
 
@@ -34,7 +34,7 @@ def rows(*lines):
 
 # ---------------------------------------------------------------- the hand-made tree
 def test_hand_made_sentence_tree(tok, graph):
-    e = KBertEncoder(tok, graph, max_length=64).encode("张三去北京")
+    e = KBertInputBuilder(tok, graph, max_length=64).encode("张三去北京")
     # 张三 gets "是人"; 北京 gets its first two entities ("有故宫" is the third: max_entities=2 drops it)
     assert tok.convert_ids_to_tokens(e["input_ids"]) == [
         "[CLS]", "张", "三", "是", "人", "去", "北", "京", "在", "中", "国", "是", "城", "市", "[SEP]"]
@@ -65,7 +65,7 @@ def test_hand_made_sentence_tree(tok, graph):
 
 
 def test_pair_segments_and_units(tok, graph):
-    enc = KBertEncoder(tok, graph, max_length=64)
+    enc = KBertInputBuilder(tok, graph, max_length=64)
     e = enc.encode("去北京", "张三")
     toks = tok.convert_ids_to_tokens(e["input_ids"])
     assert toks[:1] == ["[CLS]"] and toks.count("[SEP]") == 2
@@ -80,14 +80,14 @@ def test_pair_segments_and_units(tok, graph):
 
 
 def test_no_graph_is_plain_bert(tok):
-    e = KBertEncoder(tok, None, max_length=16).encode("张三去北京")
+    e = KBertInputBuilder(tok, None, max_length=16).encode("张三去北京")
     assert e["input_ids"] == tok.encode("张三去北京")
     assert e["position_ids"] == list(range(7)) and bool(e["visible_matrix"].all())
 
 
 # ---------------------------------------------------------------- visibility inside the model
 def test_sentence_tokens_never_attend_to_foreign_branches(tok, graph):
-    enc = KBertEncoder(tok, graph, max_length=64)
+    enc = KBertInputBuilder(tok, graph, max_length=64)
     batch = enc.collate([enc.encode("张三去北京"), enc.encode("去北京")])
     cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=2, max_position_embeddings=64)
     model = build_model(cfg, seed=0).eval()
@@ -137,17 +137,17 @@ def test_empty_or_missing_graph(tmp_path):
 def test_entity_longer_than_max_length_is_never_injected(tok, tmp_path, caplog):
     p = tmp_path / "long.spo"
     p.write_text("北京\t是\t" + "很" * 100 + "\n北京\t在\t中国\n", encoding="utf-8")
-    enc = KBertEncoder(tok, KnowledgeGraph.load(str(p)), max_length=16)
+    enc = KBertInputBuilder(tok, KnowledgeGraph.load(str(p)), max_length=16)
     with caplog.at_level(logging.WARNING, logger="bertfam"):
         e = enc.encode("去北京")
     assert "longer than max_length" in caplog.text
     assert tok.convert_ids_to_tokens(e["input_ids"]) == ["[CLS]", "去", "北", "京", "在", "中", "国", "[SEP]"]
     assert enc.stats["dropped_entities"] == 1 and enc.stats["injected_entities"] == 1
     # no room at all: the sentence wins, every branch is left out whole and the length is respected
-    e = KBertEncoder(tok, KnowledgeGraph.load(str(p)), max_length=5).encode("去北京去北京")
+    e = KBertInputBuilder(tok, KnowledgeGraph.load(str(p)), max_length=5).encode("去北京去北京")
     assert len(e["input_ids"]) == 5 and sum(e["injected"]) == 0
     with pytest.raises(ConfigError):
-        KBertEncoder(tok, None, max_length=2)
+        KBertInputBuilder(tok, None, max_length=2)
 
 
 def test_real_graph_cut(tok):
@@ -155,7 +155,7 @@ def test_real_graph_cut(tok):
     kg = KnowledgeGraph.load([os.path.join(KB, "medical.spo"), os.path.join(KB, "hownet.spo")])
     with open(os.path.join(KB, "medical_ner.tsv"), encoding="utf-8") as f:
         chars = f.read().splitlines()[1].split("\t")[0].split(" ")
-    e = KBertEncoder(tok, kg, max_length=128).encode(chars)
+    e = KBertInputBuilder(tok, kg, max_length=128).encode(chars)
     vm, inj = e["visible_matrix"], torch.tensor(e["injected"], dtype=torch.bool)
     assert inj.any()
     assert torch.equal(vm, vm.T)  # visibility is mutual in K-BERT's tree
@@ -191,7 +191,7 @@ def test_finetune_features_ignore_injected_tokens(tok):
     ex = read_kbert_ner(os.path.join(KB, "medical_ner.tsv"))
     labels = collect_labels(spec, ex)
     kg = KnowledgeGraph.load(os.path.join(KB, "medical.spo"))
-    fb = FeatureBuilder(tok, spec, labels, 128, KBertEncoder(tok, kg, 128))
+    fb = FeatureBuilder(tok, spec, labels, 128, KBertInputBuilder(tok, kg, 128))
     feats = fb.build(ex)
     batch = fb.collate(feats)
     assert batch["attention_mask"].dim() == 3 and "position_ids" in batch

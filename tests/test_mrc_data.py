@@ -6,7 +6,7 @@ import pytest
 
 from bertfam import DataError, Tokenizer
 from bertfam.data.mrc import MRCAnswer, MRCExample, find_answer, read_many, read_mrc, split_examples, write_squad
-from bertfam.data.mrc_features import build_windows, collate_windows, label_span
+from bertfam.data.mrc_windows import build_windows, collate_windows, label_span
 
 from .conftest import FIXTURES, ZH_VOCAB
 
@@ -183,7 +183,7 @@ def test_long_question_is_truncated_not_fatal(tok):
 
 
 def test_spans_progress_when_words_are_longer_than_a_window():
-    from bertfam.data.mrc_features import _spans
+    from bertfam.data.mrc_windows import _spans
 
     # a SentencePiece "word" is a whole space-free run of Chinese text: 300 tokens of one word
     spans = list(_spans([0] * 300, 300, 90, 32))

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+import bertfam
 from bertfam import HeadConfig, Tokenizer, build_model, preset
 from bertfam.cli import main
+from bertfam.config import MRCSettings
 from bertfam.data.mrc import MRCAnswer, MRCExample
-from bertfam.data.mrc_features import Window
+from bertfam.data.mrc_windows import Window
 from bertfam.tasks.mrc import MRCPredictor, VotingEnsemble, decode, tune_thresholds
 
 from .conftest import FIXTURES, ZH_VOCAB
@@ -77,7 +79,7 @@ def test_predictor_contract_and_offsets(tok):
     assert [o["answerable"] for o in out] == [False, False, True]
     assert out[0] == {"answer": None, "start": None, "end": None, "score": 1.0, "answerable": False}
     # thresholds come from the model's config by default
-    m.config.head.extra.update(null_threshold=1e9, answerable_threshold=0.5)
+    m.config.head.mrc = MRCSettings(null_threshold=1e9, answerable_threshold=0.5)
     assert MRCPredictor(m).predict("发布", passage)["answerable"] is False
     with pytest.raises(Exception, match="question must be a string"):
         pred.predict_batch([{"question": 3, "passage": "x"}])
@@ -158,9 +160,16 @@ def test_cli_train_predict_evaluate_ensemble_compare_ask(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cmrc2018_trial_cut.json: 6/6 questions kept" in err and "9 repaired by search" in err
     cfg = json.load(open(os.path.join(out, "config.json")))
-    extra = cfg["head"]["extra"]
-    assert cfg["head"]["task"] == "span" and extra["max_length"] == 96 and extra["thresholds_tuned_on"]
-    assert {"null_threshold", "answerable_threshold"} <= set(extra)
+    mrc = cfg["head"]["mrc"]
+    assert cfg["head"]["task"] == "span" and mrc["max_length"] == 96 and mrc["doc_stride"] == 24
+    assert "extra" not in cfg["head"] and mrc["max_query_length"] == MRCSettings.max_query_length
+    info = json.load(open(os.path.join(out, "training_info.json")))  # provenance beside config.json
+    assert info["thresholds_tuned_on"] == "checklist_demo_cut.json" and "tuned_dev_f1" in info
+    run = info["runs"][-1]
+    assert run["command"] == "mrc train" and run["steps"] == 3 and run["train_files"] == train
+    assert run["base_model"] == "bert-tiny" and run["dev"] == "checklist_demo_cut.json"
+    m = bertfam.from_pretrained(out)
+    assert m.config.head.info == info and m.config.head.mrc == MRCSettings(**mrc)
     summary = json.load(open(os.path.join(out, "mrc_train_summary.json")))
     assert summary["steps"] == 3 and [s["kept"] for s in summary["sources"]] == [6, 6]
 
@@ -242,3 +251,16 @@ def test_decode_lists_each_answer_text_once():
     r = decode([(w, s, e, None)], passage, n_best=10, max_answer_length=2)
     texts = [c["text"] for c in r["nbest"]]
     assert len(texts) == len(set(texts)) and (r["nbest"][0]["start"], r["nbest"][0]["end"]) == (0, 2)
+
+
+def test_the_mrc_package_exports_the_names_of_the_old_module():
+    """tasks/mrc.py became a package (predictor, decoding, ensemble, thresholds, training, scoring); what the
+    one module offered is still importable from bertfam.tasks.mrc."""
+    import bertfam.tasks.mrc as mrc
+
+    names = ("NO_ANSWER DEFAULT_NULL_THRESHOLD DEFAULT_ANSWERABLE_THRESHOLD DEFAULT_MAX_ANSWER_LENGTH MRCPredictor "
+             "VotingEnsemble same_tokenizer decode answered load_predictor predictor_from_models predict_examples "
+             "tune_thresholds tune_on_raw save_thresholds load_span_model train_mrc score_examples").split()
+    assert [n for n in names if not hasattr(mrc, n)] == []
+    assert (mrc.DEFAULT_NULL_THRESHOLD, mrc.DEFAULT_ANSWERABLE_THRESHOLD, mrc.DEFAULT_MAX_ANSWER_LENGTH) == \
+        (MRCSettings.null_threshold, MRCSettings.answerable_threshold, MRCSettings.max_answer_length)

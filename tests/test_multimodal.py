@@ -12,7 +12,7 @@ from bertfam.multimodal import MultimodalConfig, build_multimodal, load_multimod
 from bertfam.multimodal.audio import log_mel, read_wav, wav_features
 from bertfam.multimodal.codebook import Codebook, fit_codebook
 from bertfam.multimodal.config import AudioConfig
-from bertfam.multimodal.data import FeatureTextCollator, make_masker
+from bertfam.multimodal.data import FeatureTextCollator, token_masker
 from bertfam.multimodal.features import load_records
 
 from .conftest import FIXTURES
@@ -244,7 +244,7 @@ def test_match_collator_masks_every_text_but_predicts_only_matched(tmp_path):
     exs = [{"input_ids": tok.encode("a photo of a dog and a cat"), "features": np.full((2, 3), i, np.float32),
             "boxes": None} for i in range(64)]
     torch.manual_seed(0)
-    b = FeatureTextCollator(make_masker(tok, tok.vocab_size, 0.3), tok.pad_token_id, 0.5)(exs)
+    b = FeatureTextCollator(token_masker(tok, tok.vocab_size, 0.3), tok.pad_token_id, 0.5)(exs)
     mism = b["pair_labels"].bool()
     assert 15 < int(mism.sum()) < 49  # about half
     owner = b["features"][:, 0, 0].long()

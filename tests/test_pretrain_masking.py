@@ -5,7 +5,7 @@ import pytest
 from bertfam import Tokenizer
 from bertfam.objectives import IGNORE, Masker, MaskingConfig, describe_masking
 from bertfam.objectives.masking import WORD_BEGIN
-from bertfam.objectives.segment import SentenceEncoder
+from bertfam.objectives.segment import SentenceSegmenter
 
 from .conftest import ZH_VOCAB
 
@@ -87,7 +87,7 @@ def _with_specials(tok, ids, flags):
 
 
 def _assert_whole_words(tok, text, strategy, seeds=200):
-    enc = SentenceEncoder(tok, "jieba" if strategy != "ernie" else "ernie")
+    enc = SentenceSegmenter(tok, "jieba" if strategy != "ernie" else "ernie")
     ids, flags = _with_specials(tok, *enc.encode_batch([text])[0])
     words = _words(flags, ids, tok.all_special_ids)
     multi = [w for w in words if w[1] - w[0] > 1]
@@ -137,7 +137,7 @@ def test_span_masking_rate_and_whole_words(tok):
 
 def test_ernie_entities_masked_whole(tok):
     text = "张三在北京大学读书，他喜欢哈尔滨的冬天。"
-    enc = SentenceEncoder(tok, "ernie")
+    enc = SentenceSegmenter(tok, "ernie")
     ids, flags = _with_specials(tok, *enc.encode_batch([text])[0])
     m = Masker(MaskingConfig("ernie", ernie_mix=(0, 0, 1), rate=0.5), tok.vocab_size, tok.mask_token_id,
                tok.all_special_ids)
@@ -180,7 +180,7 @@ def test_ernie_adjacent_name_parts_merged():
 
 
 def test_ernie_level_mix_is_configurable(tok):
-    enc = SentenceEncoder(tok, "ernie")
+    enc = SentenceSegmenter(tok, "ernie")
     ids, flags = _with_specials(tok, *enc.encode_batch(["周杰伦在广州举办了一场演唱会。"])[0])
     m = Masker(MaskingConfig("ernie", ernie_mix=(0.5, 0.5, 0)), tok.vocab_size, tok.mask_token_id,
                tok.all_special_ids)
@@ -210,5 +210,5 @@ def test_out_of_dictionary_text_skips_the_slow_hmm():
 
 def test_sentence_encoder_ignores_truncation_left_by_a_tokenizer_call(tok):
     tok("短", max_length=4, padding="max_length")  # leaves truncation + padding set on the Rust tokenizer
-    ids, flags = SentenceEncoder(tok).encode_batch(["一二三四五六七八"])[0]
+    ids, flags = SentenceSegmenter(tok).encode_batch(["一二三四五六七八"])[0]
     assert len(ids) == len(flags) == 8 and tok.pad_token_id not in ids.tolist()

@@ -205,10 +205,10 @@ def test_pretrain_modality_hands_the_run_file_to_multimodal(tmp_path, tiny, trai
 @pytest.mark.parametrize("value", ["bert-tiny", "mm.json"])
 def test_multimodal_config_given_a_model_config_is_read_as_model_config(monkeypatch, caplog, tmp_path, tiny,
                                                                         value):
-    import bertfam.multimodal.train as mt
+    import bertfam.multimodal.pretrain as mp
 
     seen = {}
-    monkeypatch.setattr(mt, "pretrain", lambda *a, **kw: seen.update(kw) or {})
+    monkeypatch.setattr(mp, "pretrain_multimodal", lambda *a, **kw: seen.update(kw) or {})
     spec = value if value == "bert-tiny" else str(tiny / value)
     assert cli.main(["multimodal", "pretrain", "--modality", "image", "--features", "f", "--out", "o",
                      "--config", spec]) == 0
@@ -217,10 +217,10 @@ def test_multimodal_config_given_a_model_config_is_read_as_model_config(monkeypa
 
 
 def test_multimodal_run_file_and_model_config_together(monkeypatch, capsys, tmp_path, tiny):
-    import bertfam.multimodal.train as mt
+    import bertfam.multimodal.pretrain as mp
 
     seen = {}
-    monkeypatch.setattr(mt, "pretrain", lambda *a, **kw: seen.update(kw) or {})
+    monkeypatch.setattr(mp, "pretrain_multimodal", lambda *a, **kw: seen.update(kw) or {})
     (tmp_path / "run.json").write_text(json.dumps({"model_config": "bert-mini", "lr": 0.01}))
     argv = ["multimodal", "pretrain", "--modality", "image", "--features", "f", "--out", "o"]
     assert cli.main([*argv, "--config", str(tmp_path / "run.json")]) == 0

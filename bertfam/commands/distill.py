@@ -84,7 +84,7 @@ def _distill(args) -> int:
         aug = None
         if args.augment_mlm:
             from ..distill.augment import MLMAugmenter
-            from ..loading import from_pretrained
+            from ..checkpoint import from_pretrained
 
             mlm = from_pretrained(args.augment_mlm)
             tok = mlm.tokenizer

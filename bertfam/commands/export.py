@@ -21,7 +21,7 @@ def register(sub) -> None:
 def _export(args) -> int:
     from ..errors import ConfigError
     from ..export.onnx import export_onnx, verify_onnx
-    from ..loading import from_pretrained
+    from ..checkpoint import from_pretrained
 
     src, out = args.onnx
     model = from_pretrained(src, task=args.task, load_tokenizer=False)

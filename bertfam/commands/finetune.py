@@ -14,7 +14,9 @@ TASK_HELP = ("sst2, cola, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, tnews
 
 def _train_args(p) -> None:
     add_optimization_args(p, epochs=3, batch_size=32, lr=5e-5)
-    p.add_argument("--max-length", type=int_range(4), default=128,  # 4: the feature builder's minimum
+    from ..config import FinetuneSettings
+
+    p.add_argument("--max-length", type=int_range(4), default=FinetuneSettings.max_length,  # 4: the builder's minimum
                    help="tokens per example; more than the model's positions is an error (as in pretrain)")
     p.add_argument("--weight-decay", type=non_negative_float, default=0.01)
     p.add_argument("--layerwise-lr-decay", type=float_range(0, 1, lo_open=True), default=None,
@@ -180,7 +182,7 @@ def _glue(args) -> int:
 
 
 def _embed(args) -> int:
-    from ..embed import embed_file
+    from ..tasks.embed import embed_file
 
     from ..errors import ConfigError
 

@@ -20,11 +20,11 @@ def register(sub) -> None:
 
 
 def _show(args) -> int:
-    from ..knowledge import KBertEncoder, KnowledgeGraph
+    from ..knowledge import KBertInputBuilder, KnowledgeGraph
     from ..tokenization import Tokenizer
 
     kg = KnowledgeGraph.load(args.kg, max_entities=args.max_entities)
-    enc = KBertEncoder(Tokenizer.from_pretrained(args.tokenizer), kg, args.max_length)
+    enc = KBertInputBuilder(Tokenizer.from_pretrained(args.tokenizer), kg, args.max_length)
     print(f"graph: {len(kg)} subjects, {kg.num_triples} triples, {len(kg.skipped)} malformed lines skipped")
     for text in args.text:
         e = enc.encode(text)

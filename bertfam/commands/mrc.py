@@ -32,7 +32,7 @@ def register(sub) -> None:
     t.add_argument("--resume", default=None, metavar="RUN_OR_CHECKPOINT",
                    help="continue an interrupted run (its OUT directory or one checkpoint) with the same options")
     add_checkpoint_args(t, keep_last=1)
-    _window_args(t)
+    _window_args(t, train=True)
     t.set_defaults(func=add_run_config(t, _train))
 
     pr = ms.add_parser("predict", help="answer every question of a file ({qid: answer} + an n-best file)")
@@ -87,19 +87,27 @@ def register(sub) -> None:
     a.set_defaults(func=_ask)
 
 
-def _window_args(p) -> None:
-    p.add_argument("--max-length", type=positive_int, default=None, help="tokens per window (default: the model's "
-                                                                   "training setting, else 384)")
-    p.add_argument("--doc-stride", type=non_negative_int, default=None, help="overlap (tokens) between windows (default: the "
-                                                                "model's training setting, else 128)")
-    p.add_argument("--max-query-length", type=positive_int, default=64)
+def _window_args(p, train: bool = False) -> None:
+    """Window options; None: for train MRCSettings' default, else the model's setting (head.mrc), else that."""
+    from ..config import MRCSettings as D
+
+    where = "" if train else "the model's training setting, else "
+    p.add_argument("--max-length", type=positive_int, default=None,
+                   help=f"tokens per window (default: {where}{D.max_length})")
+    p.add_argument("--doc-stride", type=non_negative_int, default=None,
+                   help=f"overlap (tokens) between windows (default: {where}{D.doc_stride})")
+    p.add_argument("--max-query-length", type=positive_int, default=None,
+                   help=f"question tokens kept (default: {where}{D.max_query_length})")
     add_threads_arg(p)
 
 
 def _decode_args(p) -> None:
+    from ..config import MRCSettings as D
+
     p.add_argument("--max-answer-length", type=positive_int, default=None,
-                   help="tokens (default: the model's tuned setting, else 64)")
-    p.add_argument("--n-best", type=positive_int, default=20)
+                   help=f"tokens (default: the model's tuned setting, else {D.max_answer_length})")
+    p.add_argument("--n-best", type=positive_int, default=None,
+                   help=f"candidate spans per question (default: the model's setting, else {D.n_best})")
     p.add_argument("--batch-size", type=positive_int, default=32)
 
 
@@ -147,11 +155,12 @@ def _train(args) -> int:
               + f"; dev questions: {len(dev)}", file=sys.stderr)
     model = load_span_model(args.model, args.vocab, seed=args.seed)
     tc = train_config(args, group_by_length=True, progress=sys.stderr.isatty())
-    summary = train_mrc(model, train, args.out, dev, max_length=args.max_length or 384,
-                        doc_stride=args.doc_stride if args.doc_stride is not None else 128,
-                        max_query_length=args.max_query_length, use_title=not args.no_title,
+    windows = {k: getattr(args, k) for k in ("max_length", "doc_stride", "max_query_length")
+               if getattr(args, k) is not None}  # the rest: MRCSettings' defaults (train_mrc's)
+    info = {"base_model": args.model, "train_files": list(args.train), "sources": by_src}
+    summary = train_mrc(model, train, args.out, dev, **windows, use_title=not args.no_title,
                         tune=args.tune_threshold, eval_limit=args.eval_limit or None, train=tc,
-                        dev_name=dev_name, resume_from=_resume_path(args.resume))
+                        dev_name=dev_name, resume_from=_resume_path(args.resume), info=info)
     summary["sources"] = [r.to_dict() for r in reports]
     from ..utils import atomic_write_text
 

@@ -125,7 +125,7 @@ def is_model_config(value: str) -> bool:
 
 def _common(args) -> dict:
     from ..multimodal.config import AudioConfig
-    from ..multimodal.train import default_train
+    from ..multimodal.runs import default_train
 
     train = train_config(args, default_train())  # options left unset (None) keep the multimodal defaults
     audio = AudioConfig(sample_rate=args.sample_rate, n_mels=args.n_mels, stack=args.stack, max_frames=args.max_frames)
@@ -147,36 +147,37 @@ def _report(summary: dict) -> int:
 
 
 def _vocab(args) -> int:
-    from ..multimodal.train import fit_vocab
+    from ..multimodal.pretrain import fit_visual_vocab
 
-    info = fit_vocab(args.features, args.out, args.size, args.manifest, args.seed, args.max_samples)
+    info = fit_visual_vocab(args.features, args.out, args.size, args.manifest, args.seed, args.max_samples)
     print(f"wrote {args.out} ({info['size']} visual words of dimension {info['dim']} over {info['clips']} clips; "
           f"{info['unused_words']} unused)")
     return 0
 
 
 def _pretrain(args) -> int:
-    from ..multimodal.train import pretrain
+    from ..multimodal.pretrain import pretrain_multimodal
 
     set_threads(args)
-    return _report(pretrain(args.modality, args.features, args.out, codebook=args.codebook, mask_rate=args.mask_rate,
-                            mismatch_prob=args.mismatch_prob, **_common(args)))
+    return _report(pretrain_multimodal(args.modality, args.features, args.out, codebook=args.codebook,
+                                       mask_rate=args.mask_rate, mismatch_prob=args.mismatch_prob, **_common(args)))
 
 
 def _finetune(args) -> int:
     check_window(args)  # only a --doc-stride the user gave is compared
-    from ..multimodal.train import finetune
+    from ..multimodal.finetune import finetune_multimodal
 
     set_threads(args)
     stride = args.doc_stride if args.doc_stride is not None else 32
-    return _report(finetune(args.modality, args.task, args.features, args.out, doc_stride=stride, **_common(args)))
+    return _report(finetune_multimodal(args.modality, args.task, args.features, args.out, doc_stride=stride,
+                                       **_common(args)))
 
 
 def _eval(args) -> int:
-    from ..multimodal.train import evaluate_dir
+    from ..multimodal.evaluate import evaluate_multimodal
 
-    print(json.dumps(evaluate_dir(args.model, args.features, args.manifest, max_length=args.max_length,
-                                  batch_size=args.batch_size), indent=2))
+    print(json.dumps(evaluate_multimodal(args.model, args.features, args.manifest, max_length=args.max_length,
+                                         batch_size=args.batch_size), indent=2))
     return 0
 
 
@@ -199,7 +200,8 @@ def pretrain_from_generic_args(args) -> int:
     onto `bertfam multimodal pretrain` (its --max-seq-len is our --max-length)."""
     from ..errors import ConfigError
     from ..multimodal.config import AudioConfig
-    from ..multimodal.train import default_train, pretrain
+    from ..multimodal.pretrain import pretrain_multimodal
+    from ..multimodal.runs import default_train
 
     g = lambda name, default=None: getattr(args, name, default)  # noqa: E731 (options left out are absent)
     if not g("features") or not g("out"):
@@ -207,7 +209,8 @@ def pretrain_from_generic_args(args) -> int:
     set_threads(args)
     train = train_config(args, default_train())  # the trainer options `bertfam pretrain` was given
     kw = {"max_length": g("max_seq_len")} if g("max_seq_len") else {}
-    return _report(pretrain(g("modality"), g("features"), g("out"), vocab=g("vocab"),
-                            config=g("model_config") or "bert-tiny", init=g("init"), codebook=g("codebook"),
-                            mask_rate=g("mask_rate") or 0.15, seed=g("seed") or 0, audio=AudioConfig(),
-                            train=train, resume=g("resume"), **kw))
+    return _report(pretrain_multimodal(g("modality"), g("features"), g("out"), vocab=g("vocab"),
+                                       config=g("model_config") or "bert-tiny", init=g("init"),
+                                       codebook=g("codebook"), mask_rate=g("mask_rate") or 0.15,
+                                       seed=g("seed") or 0, audio=AudioConfig(), train=train, resume=g("resume"),
+                                       **kw))

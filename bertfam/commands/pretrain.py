@@ -177,7 +177,7 @@ def _pretrain_data(args) -> int:
 
 
 def _plot(args) -> int:
-    from ..plotting import plot_run
+    from ..training.curves import plot_run
 
     print(f"wrote {plot_run(args.run_dir, args.out)}")
     return 0

@@ -12,7 +12,7 @@ its text). DuReader-checklist was built from this very domain, so the file gives
   annotators did NOT select and that shares little with every reference answer (character-bigram recall
   below `max_answer_overlap`), which is what the checklist's hard negatives look like.
 
-Every problem with a record is reported and counted in the ReadReport (file, line, reason); a bad line
+Every problem with a record is reported and counted in the MRCReadReport (file, line, reason); a bad line
 never stops the file.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import os
 from typing import Optional, Sequence
 
 from ..errors import DataError
-from .mrc import MRCAnswer, MRCExample, ReadReport
+from .mrc import MRCAnswer, MRCExample, MRCReadReport
 
 
 def align_words(text: str, words: Sequence[str]) -> Optional[list[tuple[int, int]]]:
@@ -112,7 +112,7 @@ def answer_overlap(paragraph: str, answers: Sequence[str]) -> float:
 
 def read_dureader2(path: str, source: Optional[str] = None, negatives: bool = True,
                    max_answer_overlap: float = 0.3, max_chars: int = 1000, other_selected_min_f1: float = 0.0
-                   ) -> tuple[list[MRCExample], ReadReport]:
+                   ) -> tuple[list[MRCExample], MRCReadReport]:
     """Checklist-style examples from one DuReader 2.0 JSON-lines file (see the module docstring).
 
     Questions without answer documents (the test split) give no examples and are counted as skipped.
@@ -124,7 +124,7 @@ def read_dureader2(path: str, source: Optional[str] = None, negatives: bool = Tr
     (`best_f1_span`, the construction of DuReader 2.0's own `fake_answers`)."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: file not found")
-    rep = ReadReport(source or os.path.basename(path))
+    rep = MRCReadReport(source or os.path.basename(path))
     out: list[MRCExample] = []
     try:
         f = open(path, encoding="utf-8-sig")
@@ -155,7 +155,7 @@ def read_dureader2(path: str, source: Optional[str] = None, negatives: bool = Tr
     return out, rep
 
 
-def _record(rec: dict, where: str, rep: ReadReport, negatives: bool, max_overlap: float,
+def _record(rec: dict, where: str, rep: MRCReadReport, negatives: bool, max_overlap: float,
             max_chars: int) -> list[MRCExample]:
     qid, question, docs = str(rec["question_id"]), rec["question"], rec["documents"]
     if not isinstance(question, str) or not question.strip() or not isinstance(docs, list):
@@ -209,7 +209,7 @@ def _record(rec: dict, where: str, rep: ReadReport, negatives: bool, max_overlap
     return out
 
 
-def _other_selected(rec: dict, rep: ReadReport, min_f1: float, max_chars: int) -> list[MRCExample]:
+def _other_selected(rec: dict, rep: MRCReadReport, min_f1: float, max_chars: int) -> list[MRCExample]:
     """Answerable examples from the selected documents other than the answer document (see read_dureader2)."""
     answers = [a for a in rec.get("segmented_answers", []) if isinstance(a, list) and a]
     out = []

@@ -4,7 +4,7 @@ One reader covers DuReader-checklist, DuReader-robust, CMRC2018, DRCD and SQuAD 
 only in where `title` sits (paragraph or document), whether `is_impossible` / `type` exist and how
 unanswerable questions are written (`answers: []` or one answer with empty text and start -1).
 
-Every problem with a record is reported (file, JSON path, id, reason) and counted in a `ReadReport`;
+Every problem with a record is reported (file, JSON path, id, reason) and counted in a `MRCReadReport`;
 the rest of the file is still read. Only a file that cannot be read at all raises `DataError`.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ class MRCExample:
 
 
 @dataclass
-class ReadReport:
+class MRCReadReport:
     """What happened to every record of one file."""
 
     source: str
@@ -134,7 +134,7 @@ def find_answer(context: str, text: str, start: Any) -> tuple[Optional[int], str
 MODES = ("train", "predict", "reference")
 
 
-def read_mrc(path: str, source: Optional[str] = None, mode: str = "train") -> tuple[list[MRCExample], ReadReport]:
+def read_mrc(path: str, source: Optional[str] = None, mode: str = "train") -> tuple[list[MRCExample], MRCReadReport]:
     """Read one SQuAD-layout file.
 
     mode "train": questions need text, the paragraph needs a context, answerable questions need at
@@ -144,7 +144,7 @@ def read_mrc(path: str, source: Optional[str] = None, mode: str = "train") -> tu
     """
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} not in {MODES}")
-    report = ReadReport(source or os.path.basename(path))
+    report = MRCReadReport(source or os.path.basename(path))
     docs = _documents(load_json(path), path)
     examples: list[MRCExample] = []
     seen: dict[str, str] = {}
@@ -170,7 +170,7 @@ def read_mrc(path: str, source: Optional[str] = None, mode: str = "train") -> tu
     return examples, report
 
 
-def _read_qa(qa: Any, where: str, context: Optional[str], title: str, report: ReadReport, mode: str,
+def _read_qa(qa: Any, where: str, context: Optional[str], title: str, report: MRCReadReport, mode: str,
              seen: dict) -> Optional[MRCExample]:
     if not isinstance(qa, dict):
         report.problem(where, "question record is not an object: skipped", "bad record")
@@ -244,7 +244,7 @@ def _read_qa(qa: Any, where: str, context: Optional[str], title: str, report: Re
     return ex
 
 
-def _answer_texts(answers: list, where: str, report: ReadReport) -> list[tuple[str, Any]]:
+def _answer_texts(answers: list, where: str, report: MRCReadReport) -> list[tuple[str, Any]]:
     out = []
     for ai, a in enumerate(answers):
         if isinstance(a, str):  # some tools write answers as bare strings
@@ -259,12 +259,12 @@ def _answer_texts(answers: list, where: str, report: ReadReport) -> list[tuple[s
     return out
 
 
-def read_many(paths: Sequence[str], mode: str = "train") -> tuple[list[MRCExample], list[ReadReport]]:
+def read_many(paths: Sequence[str], mode: str = "train") -> tuple[list[MRCExample], list[MRCReadReport]]:
     """Several files at once (e.g. CMRC2018 + DuReader-robust + DuReader-checklist), one report each.
 
     Ids are made unique across files by prefixing the source name when two files share an id."""
     examples: list[MRCExample] = []
-    reports: list[ReadReport] = []
+    reports: list[MRCReadReport] = []
     ids: set[str] = set()
     names = _unique_names(paths)
     for path, name in zip(paths, names):

@@ -181,8 +181,8 @@ class DistillModel(nn.Module):
             self.proj.load_state_dict(proj, strict=strict)
         return self.student.load_state_dict(own, strict=strict, assign=assign)
 
-    def save_pretrained(self, path: str, tokenizer=None) -> None:
+    def save_pretrained(self, path: str, tokenizer=None, dtype: str = "float32") -> None:
         """A checkpoint: the student's directory whose weights file also carries the projection
         (from_pretrained ignores those extra tensors). `student.save_pretrained` writes a clean one."""
-        TaskModel.save_pretrained(self, path, tokenizer if tokenizer is not None else self.tokenizer)
+        TaskModel.save_pretrained(self, path, tokenizer if tokenizer is not None else self.tokenizer, dtype)
 

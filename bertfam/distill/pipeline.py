@@ -18,10 +18,9 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ..checkpoint import resolve_config
+from ..checkpoint import from_pretrained, resolve_config
 from ..config import HeadConfig
 from ..errors import ConfigError, DataError
-from ..loading import from_pretrained
 from ..modeling.model import TaskModel, build_model
 from ..training import TrainConfig, Trainer
 from ..utils import atomic_write_text
@@ -35,20 +34,21 @@ def build_student(spec: str, teacher: TaskModel, head: HeadConfig, seed: int = 4
     """A preset name / config JSON (randomly initialised, vocabulary and embedding layout taken from the
     teacher) or a model directory (e.g. a general-distilled student) with the given head."""
     if os.path.isdir(spec) and os.path.isfile(os.path.join(spec, "config.json")):
-        kw = {"num_labels": head.num_labels, "labels": list(head.labels), "extra": dict(head.extra)} \
-            if head.task else {}
+        kw = {"num_labels": head.num_labels, "labels": list(head.labels), "mrc": head.mrc,
+              "finetune": head.finetune} if head.task else {}
         student = from_pretrained(spec, task=head.task, seed=seed, **kw)
         if student.config.vocab_size != teacher.config.vocab_size:
             raise ConfigError(f"{spec}: student vocabulary ({student.config.vocab_size}) differs from the "
                               f"teacher's ({teacher.config.vocab_size})")
     else:
         cfg = resolve_config(spec, **{k: getattr(teacher.config, k) for k in COMPAT})
-        student = build_model(dataclasses.replace(cfg, head=dataclasses.replace(head)), seed=seed)
+        # the teacher's task settings, not its training info (training_info.json: the teacher's provenance)
+        student = build_model(dataclasses.replace(cfg, head=dataclasses.replace(head, info={})), seed=seed)
     student.tokenizer = teacher.tokenizer
     return student.train()
 
 
-def _train(dm: DistillModel, tc: TrainConfig, data, collate, eval_fn=None, lengths=None) -> dict:
+def _run_distillation(dm: DistillModel, tc: TrainConfig, data, collate, eval_fn=None, lengths=None) -> dict:
     trainer = Trainer(dm, tc, data, collate, eval_fn=eval_fn, lengths=lengths,
                       step_metrics_fn=lambda out, batch: out.parts, tokenizer=dm.tokenizer)
     return trainer.train()
@@ -84,7 +84,7 @@ def distill_general(teacher_dir: str, student_spec: str, corpus: Sequence[str], 
         tot = [model(**_to(collate(held[i:i + 32]), model)).loss.item() for i in range(0, len(held), 32)]
         return {"loss": sum(tot) / len(tot)} if tot else {}
 
-    res = _train(dm, tc, instances, collate, eval_fn if held else None)
+    res = _run_distillation(dm, tc, instances, collate, eval_fn if held else None)
     student.save_pretrained(out_dir, tok)  # clean student directory (no projection tensors)
     summary = {"mode": "general", "teacher": teacher_dir, "student": student_spec, "corpus": stats.summary(),
                "train_instances": len(instances), "steps": res["steps"], "elapsed_s": res["elapsed_s"],
@@ -136,13 +136,13 @@ def distill_task(teacher_dir: str, student_spec: str, task: str, train_path: str
                                                           projection=projection))
         tc = dataclasses.replace(base, out_dir=os.path.join(out_dir, "stage1-intermediate"),
                                  epochs=epochs_intermediate)
-        r = _train(dm, tc, feats1, fb.collate, lengths=lengths(feats1))
+        r = _run_distillation(dm, tc, feats1, fb.collate, lengths=lengths(feats1))
         summary["stage1"] = {"steps": r["steps"], "elapsed_s": r["elapsed_s"]}
     if epochs_prediction > 0:
         feats2 = feats1 if augmenter is not None else fb.build(train_ex)
         dm = DistillModel(student, teacher, DistillConfig(stage="prediction", temperature=temperature))
         tc = dataclasses.replace(base, out_dir=os.path.join(out_dir, "stage2-prediction"), epochs=epochs_prediction)
-        r = _train(dm, tc, feats2, fb.collate, (lambda m: evaluate(m.student)) if dev_feats else None,
+        r = _run_distillation(dm, tc, feats2, fb.collate, (lambda m: evaluate(m.student)) if dev_feats else None,
                    lengths(feats2))
         summary["stage2"] = {"steps": r["steps"], "elapsed_s": r["elapsed_s"]}
     student.eval().save_pretrained(out_dir, tok)

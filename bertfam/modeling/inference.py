@@ -14,7 +14,7 @@ import torch
 from .optimize import optimize_for_inference
 
 
-def length_grouped_batches(lengths: Sequence[int], batch_size: int,
+def prediction_batches(lengths: Sequence[int], batch_size: int,
                            max_tokens: Optional[int] = None) -> list[list[int]]:
     """Indices grouped into batches of similar length, longest first (a too-big batch fails early).
 
@@ -38,7 +38,7 @@ def predict_grouped(fn: Callable[[list[int]], Iterable], lengths: Sequence[int],
     the results in the original order."""
     out: list = [None] * len(lengths)
     with torch.inference_mode():
-        for idx in length_grouped_batches(lengths, batch_size, max_tokens):
+        for idx in prediction_batches(lengths, batch_size, max_tokens):
             for i, r in zip(idx, fn(idx)):
                 out[i] = r
     return out

@@ -16,6 +16,7 @@ from .layout import EncoderOutput, choose_layout, packed_by_default
 from .varlen import unpad
 
 TASKS = HEAD_TASKS
+SAVE_DTYPES = {"float32": torch.float32, "float16": torch.float16}  # weights on disk
 
 
 @dataclass
@@ -175,14 +176,19 @@ class TaskModel(nn.Module):
         return self.head(enc, **targets) if self.head is not None else {}
 
     # --------------------------------------------------------------- saving
-    def save_pretrained(self, path: str, tokenizer=None) -> None:
-        """Write config.json, model.safetensors (each atomically) and the tokenizer files."""
+    def save_pretrained(self, path: str, tokenizer=None, dtype: str = "float32") -> None:
+        """Write config.json, model.safetensors (each atomically) and the tokenizer files. dtype "float16"
+        stores the floating-point weights at half size (they load back as float32); the model is unchanged."""
         from safetensors.torch import save_file
 
         from ..utils import atomic_write
 
+        if dtype not in SAVE_DTYPES:
+            raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
         os.makedirs(path, exist_ok=True)
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        cast = SAVE_DTYPES[dtype]
+        state = {k: (v.detach().to(cast) if v.is_floating_point() else v.detach()).contiguous().cpu()
+                 for k, v in self.state_dict().items()}
         atomic_write(os.path.join(path, "model.safetensors"),
                      lambda tmp: save_file(state, tmp, metadata={"format": "pt", "producer": "bertfam"}))
         self.config.save(os.path.join(path, "config.json"))

@@ -3,7 +3,7 @@
 The plain `Layer` / `Encoder` forward (encoder.py) is the model. This module swaps, in place, each
 encoder (and its layers) for a subclass with the same weights and state-dict names that runs faster where
 no gradient is needed, or torch.compiles the layers' token-wise blocks. Predictors (tasks/pipelines.py,
-tasks/mrc.py, hence `serve`), evaluation and embedding extraction call it.
+tasks/mrc/predictor.py, hence `serve`), evaluation and embedding extraction call it.
 
 Buffer reuse (the default). BERT-base at 8 x 128 tokens allocates a 12.6 MB FFN activation, a 9.4 MB
 fused QKV output and a few 3 MB tensors in every layer. glibc serves blocks that large with fresh mmap'd

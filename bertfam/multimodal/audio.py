@@ -106,7 +106,7 @@ def stack_frames(m: np.ndarray, k: int) -> np.ndarray:
     return m.reshape(-1, k * m.shape[1])
 
 
-def normalize(m: np.ndarray) -> np.ndarray:
+def normalize_channels(m: np.ndarray) -> np.ndarray:
     """Per-utterance mean/variance normalisation of each mel channel (removes loudness and channel)."""
     return (m - m.mean(axis=0, keepdims=True)) / (m.std(axis=0, keepdims=True) + 1e-5)
 
@@ -118,7 +118,7 @@ def wav_features(path: str, cfg: AudioConfig) -> tuple[np.ndarray, list[str]]:
     if sr != cfg.sample_rate:
         y = resample(y, sr, cfg.sample_rate)
         notes.append(f"resampled {sr} Hz -> {cfg.sample_rate} Hz")
-    feats = stack_frames(normalize(log_mel(y, cfg)), cfg.stack)
+    feats = stack_frames(normalize_channels(log_mel(y, cfg)), cfg.stack)
     if feats.shape[0] > cfg.max_frames:
         notes.append(f"cut {feats.shape[0]} -> {cfg.max_frames} feature vectors")
         feats = feats[: cfg.max_frames]

@@ -5,7 +5,7 @@ of the pairs, the features of another example of the batch (match label 1, no ML
 be predicted from the wrong image).
 video: `[CLS] text [SEP] v_1 ... v_n [SEP]` where v_i are visual-word ids (text vocabulary + codebook
 index); cross-modal masked LM over both parts (bertfam.objectives' collator, unchanged).
-spoken QA: `[CLS] [SEP] passage [SEP]` windows (bertfam.data.mrc_features) + the question's audio frames.
+spoken QA: `[CLS] [SEP] passage [SEP]` windows (bertfam.data.mrc_windows) + the question's audio frames.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..objectives.masking import IGNORE, Masker, MaskingConfig
+from ..objectives.pipeline import make_masker
 
 
 def pad_features(feats: Sequence[np.ndarray], boxes: Optional[Sequence] = None) -> dict:
@@ -54,9 +55,9 @@ def text_examples(records, tokenizer, max_length: int) -> list[dict]:
     return out
 
 
-def make_masker(tokenizer, vocab_size: int, rate: float = 0.15) -> Masker:
-    return Masker(MaskingConfig(strategy="token", rate=rate), vocab_size, tokenizer.mask_token_id,
-                  tokenizer.all_special_ids)
+def token_masker(tokenizer, vocab_size: int, rate: float = 0.15) -> Masker:
+    """Token-level masking at `rate` over `vocab_size` ids (the text vocabulary plus any visual words)."""
+    return make_masker(MaskingConfig(strategy="token", rate=rate), tokenizer, vocab_size)
 
 
 def _torch_seeded_rng() -> np.random.Generator:
@@ -133,11 +134,30 @@ def video_instance(text_ids: Sequence[int], words: np.ndarray, text_vocab_size: 
 
 
 # ---------------------------------------------------------------- spoken QA
+def check_qa_record(rec: dict) -> None:
+    """A manifest record for spoken QA: a passage and an answer found in it (or none: unanswerable).
+    Raises ValueError naming the problem (load_records reports the line and skips it)."""
+    from ..data.mrc import find_answer
+
+    p, a = rec.get("passage", rec.get("context")), rec.get("answer")
+    if not isinstance(p, str) or not p.strip():
+        raise ValueError("missing field 'passage'")
+    rec["passage"] = p
+    if a is None:  # unanswerable
+        return
+    if not isinstance(a, dict) or not isinstance(a.get("text"), str) or not a["text"]:
+        raise ValueError("'answer' must be an object with a non-empty text (and start)")
+    start, how = find_answer(p, a["text"], a.get("start", -1))
+    if start is None:
+        raise ValueError(f"answer {a['text']!r} not found in the passage")
+    a["start"] = start
+
+
 def qa_windows(records, tokenizer, max_length: int, doc_stride: int, with_labels: bool = True) -> tuple[list, list]:
     """(examples for the collator, the MRC examples they came from). The question is the audio, so the
     text part of every window is `[CLS] [SEP] passage [SEP]`."""
     from ..data.mrc import MRCAnswer
-    from ..data.mrc_features import build_windows
+    from ..data.mrc_windows import build_windows
 
     mrc = []
     for r in records:
@@ -154,7 +174,7 @@ class QACollator:
         self.pad_id, self.with_labels = pad_id, with_labels
 
     def __call__(self, examples: Sequence[dict]) -> dict:
-        from ..data.mrc_features import collate_windows
+        from ..data.mrc_windows import collate_windows
 
         batch = collate_windows([ex["window"] for ex in examples], self.pad_id, self.with_labels)
         batch.update(pad_features([ex["features"] for ex in examples]))

@@ -50,7 +50,7 @@ def configs_from_hf(d: dict, source: str, task: Optional[str] = None):
     return cfg, mm
 
 
-def _table(cfg, base: str) -> list[tuple[str, list[str]]]:
+def _visualbert_key_table(cfg, base: str) -> list[tuple[str, list[str]]]:
     return key_table(cfg, base) + [(ours, [base + theirs]) for ours, theirs in _ADAPTER]
 
 
@@ -62,7 +62,7 @@ def state_from_hf_visualbert(cfg, sd: dict, source: str) -> dict:
     if not any(k.startswith(base + "embeddings.visual_projection") for k in sd):
         raise CheckpointError(f"{source}: no {base}embeddings.visual_projection weights (not a VisualBERT checkpoint)")
     ours = {}
-    for our_key, hf_keys in _table(cfg, base):
+    for our_key, hf_keys in _visualbert_key_table(cfg, base):
         if all(k in sd for k in hf_keys):
             ts = [sd[k] for k in hf_keys]
             ours[our_key] = ts[0] if len(ts) == 1 else torch.cat(ts, 0)
@@ -87,7 +87,7 @@ def export_hf_visualbert(model, out_dir: str) -> None:
     base = "visual_bert." if cfg.head.task else ""
     sd = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     out = {}
-    for our_key, hf_keys in _table(cfg, base):
+    for our_key, hf_keys in _visualbert_key_table(cfg, base):
         if our_key in sd:
             for k, part in zip(hf_keys, sd[our_key].chunk(len(hf_keys), 0)):
                 out[k] = part.contiguous()

@@ -1,5 +1,5 @@
 """Loading multimodal models: bertfam multimodal directories, Hugging Face VisualBERT directories, and a text
-checkpoint's backbone copied into a new multimodal model. Built on the checkpoint I/O of bertfam/checkpoint.py;
+checkpoint's backbone copied into a new multimodal model. Built on the checkpoint I/O of bertfam/checkpoint/;
 `multimodal/hf.py` converts, `multimodal/model.py` defines the model, this module puts the two together."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Optional
 
 import torch
 
-from ..checkpoint import CONFIG_FILE, load_config, load_state, read_tokenizer, read_weights, with_task
+from ..checkpoint import (CONFIG_FILE, from_pretrained, load_config, load_state, read_tokenizer, read_weights,
+                          with_task)
 from ..config import read_json
 from ..errors import CheckpointError
-from ..loading import from_pretrained
 from .codebook import Codebook
 from .config import CONFIG_NAME, MultimodalConfig
 from .hf import configs_from_hf, is_hf_visualbert, state_from_hf_visualbert

@@ -154,9 +154,9 @@ class MultimodalModel(TaskModel):
         return ModelOutput.of(enc, self._run_head(text, targets))
 
     # ------------------------------------------------------------------ saving
-    def save_pretrained(self, path: str, tokenizer=None) -> None:
+    def save_pretrained(self, path: str, tokenizer=None, dtype: str = "float32") -> None:
         """config.json + model.safetensors + tokenizer (as TaskModel) + multimodal.json."""
-        super().save_pretrained(path, tokenizer)
+        super().save_pretrained(path, tokenizer, dtype)
         self.mm.save(os.path.join(path, CONFIG_NAME))
         if self.codebook is not None:
             self.codebook.save(os.path.join(path, CODEBOOK_NAME))

@@ -82,7 +82,7 @@ class InstanceBuilder:
         a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
         a, rest = _concat(chunk[:a_end]), _concat(chunk[a_end:])
         if len(chunk) == 1:  # one (long) sentence: its halves are the two consecutive segments
-            a, rest = _split(a)
+            a, rest = _halves(a)
         unused = 0
         if self.pair == "nsp":
             if rng.random() < 0.5:
@@ -149,7 +149,7 @@ def _concat(sents: list[Sentence]) -> Sentence:
     return np.concatenate([s[0] for s in sents]), np.concatenate([s[1] for s in sents])
 
 
-def _split(s: Sentence) -> tuple[Sentence, Sentence]:
+def _halves(s: Sentence) -> tuple[Sentence, Sentence]:
     h = len(s[0]) // 2
     return (s[0][:h], s[1][:h]), (s[0][h:], s[1][h:])
 

@@ -17,7 +17,7 @@ from ..errors import DataError
 from .collator import mask_static
 from .instances import InstanceBuilder
 from .masking import Masker, MaskingConfig
-from .segment import SentenceEncoder
+from .segment import SentenceSegmenter
 
 log = logging.getLogger("bertfam")
 
@@ -62,7 +62,7 @@ def _chunks(docs: Iterator[list], n: int) -> Iterator[list]:
 
 def iter_chunks(dc: DataConfig, tokenizer, stats: CorpusStats) -> Iterator[tuple[list, list]]:
     """(train documents, eval documents) per chunk, tokenized with unit flags."""
-    enc = SentenceEncoder(tokenizer, SEGMENTATION_FOR[dc.masking.strategy],
+    enc = SentenceSegmenter(tokenizer, SEGMENTATION_FOR[dc.masking.strategy],
                           max_tokens=dc.max_seq_len if dc.pair != "none" else None)
     doc_no = 0
     for chunk in _chunks(iter_documents(dc.corpus, stats, dc.max_line_chars, dc.text_field), dc.chunk_docs):

@@ -67,7 +67,7 @@ def _posseg(pseg, text: str):
 SINGLE_CHAR_LIMIT = 0.7
 
 
-class SentenceEncoder:
+class SentenceSegmenter:
     """Turns sentences into (ids int32, flags uint8) with the project tokenizer (no special tokens).
 
     segmentation: wordpiece (## rule only) | jieba (+ jieba words for CJK text) | ernie (+ entities).

@@ -5,7 +5,7 @@ run config that nests the trainer's `TrainConfig` (`runners.options.RunOptions`)
 - `runners.finetune`: `finetune`, `evaluate`, `predict`, `run_glue` (`FinetuneOptions`), every task of the table.
 
 The other training entry points stay beside the code they train and take a `TrainConfig` the same way:
-`tasks.mrc.train_mrc`, `distill.pipeline.distill_general` / `distill_task`, `multimodal.train.pretrain` /
-`finetune`. The command modules (bertfam/commands/) build every one of them from the options
-(`commands.common.train_config`).
+`tasks.mrc.train_mrc`, `distill.pipeline.distill_general` / `distill_task`,
+`multimodal.pretrain.pretrain_multimodal` / `multimodal.finetune.finetune_multimodal`. The command modules
+(bertfam/commands/) build every one of them from the options (`commands.common.train_config`).
 """

@@ -5,8 +5,9 @@
     # or finetune(..., FinetuneOptions(max_length=64, train=FinetuneOptions.default_train(lr=3e-5)))
 
 The fine-tuned directory is a normal model directory (config.json with the task recorded in
-head.extra, weights = the best dev checkpoint, tokenizer) plus eval_results.json and
-dev_predictions.*; `evaluate`/`predict` need only that directory and a data file.
+head.finetune, a `config.FinetuneSettings`; weights = the best dev checkpoint; tokenizer), training_info.json
+(the run: data files, sizes, steps, score) plus eval_results.json and dev_predictions.*; `evaluate`/`predict`
+need only that directory and a data file.
 """
 from __future__ import annotations
 
@@ -18,11 +19,10 @@ import random
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional, Sequence, Union
 
-from ..checkpoint import load_config, read_weights
-from ..config import check_max_length, fit_max_length
+from ..checkpoint import from_pretrained, load_config, read_weights
+from ..config import CustomTaskSettings, FinetuneSettings, check_max_length, fit_max_length
 from ..data.labelled import Example
 from ..errors import ConfigError, DataError
-from ..loading import from_pretrained
 from ..tasks.decoding import tags_to_spans
 from ..tasks.features import FeatureBuilder, collect_labels, gold, lengths, score
 from ..tasks.table import TaskSpec, custom_task, get_task
@@ -42,7 +42,7 @@ class FinetuneOptions(RunOptions):
     TRAIN_DEFAULTS: ClassVar[dict] = {"epochs": 3, "group_by_length": True}
     TRAIN_ALIASES: ClassVar[dict] = {"save_checkpoints": "checkpoints"}
 
-    max_length: int = 128
+    max_length: int = FinetuneSettings.max_length
     dev_ratio: float = 0.1  # carved from train when no dev file is given
     max_train: Optional[int] = None  # use a random subset of this many training examples
     freeze_word_embeddings: bool = False  # e.g. a 250k-row multilingual vocabulary: skip its gradients
@@ -59,17 +59,15 @@ def resolve_task(task: Union[str, TaskSpec]) -> TaskSpec:
 
 
 def task_from_config(cfg) -> TaskSpec:
-    """The task a fine-tuned directory was trained for (recorded in config.json head.extra)."""
-    extra = cfg.head.extra or {}
-    name = extra.get("task")
-    if not name:
-        raise ConfigError("this model directory was not fine-tuned by bertfam (config.json head.extra has no "
-                          "'task'); give --task")
-    if name == "custom":
-        c = extra.get("custom") or {}
-        return custom_task(c.get("format", "tsv"), extra.get("kind", "single"), c.get("text_cols", []),
-                           c.get("label_col"), cfg.head.labels or None, c.get("header", True))
-    return get_task(name)
+    """The task a fine-tuned directory was trained for (config.json head.finetune)."""
+    ft = cfg.head.finetune
+    if ft is None:
+        raise ConfigError("this model directory was not fine-tuned by bertfam (config.json has no "
+                          "head.finetune); give --task")
+    if ft.task == "custom":
+        c = ft.custom or CustomTaskSettings()
+        return custom_task(c.format, ft.kind, c.text_cols, c.label_col, cfg.head.labels or None, c.header)
+    return get_task(ft.task)
 
 
 def split_train_dev(examples: list, ratio: float, seed: int) -> tuple[list, list]:
@@ -97,13 +95,13 @@ def _known_labels_only(examples: list, spec: TaskSpec, labels: list, what: str) 
     return keep
 
 
-def _kbert_encoder(tokenizer, kg_paths, max_length):
+def _kbert_inputs(tokenizer, kg_paths, max_length):
     if not kg_paths:
         return None
-    from ..knowledge import KBertEncoder, KnowledgeGraph
+    from ..knowledge import KBertInputBuilder, KnowledgeGraph
 
     kg = KnowledgeGraph.load(list(kg_paths), max_entities=2)
-    return KBertEncoder(tokenizer, kg, max_length)
+    return KBertInputBuilder(tokenizer, kg, max_length)
 
 
 def _build_reporting_kbert(builder: FeatureBuilder, examples: list, what: str) -> list:
@@ -145,17 +143,19 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
     _need_labels(dev_ex, spec, dev or train)
     labels = collect_labels(spec, train_ex)
     dev_ex = _known_labels_only(dev_ex, spec, labels, dev or "dev split")
-    extra = {"task": spec.name, "kind": spec.kind, "max_length": opts.max_length,
-             "kg": list(opts.kg) if opts.kg else None}
-    if spec.family == "custom":
-        extra["custom"] = spec.extra
-    head_kw = {"labels": labels, "num_labels": max(1, len(labels)), "extra": extra,
+    settings = FinetuneSettings(task=spec.name, kind=spec.kind, max_length=opts.max_length,
+                                kg=list(opts.kg) if opts.kg else None,
+                                custom=(CustomTaskSettings.from_dict(spec.extra) if spec.suite == "custom"
+                                        and spec.extra else None))
+    info = {"runs": [{"command": "finetune", "task": spec.name, "base_model": model_dir, "train": train,
+                      "dev": dev_note}]}
+    head_kw = {"labels": labels, "num_labels": max(1, len(labels)), "finetune": settings, "info": info,
                "label_descriptions": label_descriptions(train_ex, labels)}
     model = from_pretrained(model_dir, task=spec.head, seed=seed, **head_kw)
     if opts.freeze_word_embeddings:
         model.backbone.embeddings.word.weight.requires_grad_(False)
     builder = FeatureBuilder(model.tokenizer, spec, labels, opts.max_length,
-                             _kbert_encoder(model.tokenizer, opts.kg, opts.max_length))
+                             _kbert_inputs(model.tokenizer, opts.kg, opts.max_length))
     train_f = _build_reporting_kbert(builder, train_ex, "train")
     dev_f = _build_reporting_kbert(builder, dev_ex, "dev")
 
@@ -179,11 +179,14 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
     else:
         names = builder.label_names(builder.predict(model, dev_f, batch_size=2 * opts.train.batch_size))
         metrics = score(spec, names, gold(dev_ex, spec))
-    model.save_pretrained(out)
-    write_predictions(os.path.join(out, "dev_predictions"), spec, dev_ex, names)
     result = {"task": spec.name, "metric": spec.headline, "value": metrics[spec.headline], "metrics": metrics,
               "n_train": len(train_ex), "n_dev": len(dev_ex), "dev": dev_note, "steps": summary["steps"],
               "train_seconds": round(summary["elapsed_s"], 1), "best_during_training": summary["best"]}
+    info["runs"][-1].update(n_train=len(train_ex), n_dev=len(dev_ex), steps=summary["steps"],
+                            metric=spec.headline, value=metrics[spec.headline])
+    model.config.head.info = info
+    model.save_pretrained(out)  # config.json + training_info.json (the run above)
+    write_predictions(os.path.join(out, "dev_predictions"), spec, dev_ex, names)
     atomic_write_text(os.path.join(out, "eval_results.json"), json.dumps(result, indent=2, ensure_ascii=False))
     return result
 
@@ -217,11 +220,11 @@ def _load_finetuned(model_dir: str, task: Optional[str], kg: Optional[Sequence[s
     spec = get_task(task) if task else task_from_config(model.config)
     if model.task != spec.head:
         raise ConfigError(f"{model_dir}: has a {model.task!r} head, task {spec.name} needs {spec.head!r}")
-    extra = model.config.head.extra or {}
-    L = fit_max_length(model.config, max_length or extra.get("max_length", 128))  # as embed: clamped
-    kg = kg or extra.get("kg")
+    saved = model.config.head.finetune or FinetuneSettings(task=spec.name)  # --task on a model without the record
+    L = fit_max_length(model.config, max_length or saved.max_length)  # as embed: clamped
+    kg = kg or saved.kg
     builder = FeatureBuilder(model.tokenizer, spec, list(model.config.head.labels), L,
-                             _kbert_encoder(model.tokenizer, kg, L))
+                             _kbert_inputs(model.tokenizer, kg, L))
     return model, spec, builder
 
 
@@ -250,7 +253,7 @@ def predict(model_dir: str, data: str, out: str, task: Optional[str] = None,
     examples = spec.read(data)
     names = builder.label_names(builder.predict(model, builder.build(examples, with_labels=False), batch_size))
     os.makedirs(out, exist_ok=True)
-    if spec.family == "glue":
+    if spec.suite == "glue":
         from ..data.glue import SUBMISSION_NAME
 
         return write_predictions(os.path.join(out, SUBMISSION_NAME[spec.name]), spec, examples, names,

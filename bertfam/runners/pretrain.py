@@ -18,10 +18,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..checkpoint import resolve_config
+from ..checkpoint import from_pretrained, resolve_config
 from ..config import HeadConfig, check_max_length
 from ..errors import ConfigError, DataError
-from ..loading import from_pretrained
 from ..modeling import build_model
 from ..objectives.collator import PretrainCollator
 from ..objectives.masking import IGNORE, MaskingConfig
@@ -235,11 +234,11 @@ def fill_mask_examples(model, tokenizer, sentences: Sequence[str], masking: str 
     """Mask each sentence with `masking` (always [MASK], no random/keep) and report the model's guesses."""
     from ..objectives.masking import Masker, describe_masking
     from ..objectives.pipeline import SEGMENTATION_FOR
-    from ..objectives.segment import SentenceEncoder
+    from ..objectives.segment import SentenceSegmenter
 
     mcfg = MaskingConfig(strategy=masking, rate=rate, mask_prob=1.0, random_prob=0.0)
     masker = Masker(mcfg, model.config.vocab_size, tokenizer.mask_token_id, tokenizer.all_special_ids)
-    enc = SentenceEncoder(tokenizer, SEGMENTATION_FOR[masking], max_tokens=model.config.max_position_embeddings - 2)
+    enc = SentenceSegmenter(tokenizer, SEGMENTATION_FOR[masking], max_tokens=model.config.max_position_embeddings - 2)
     rng = np.random.default_rng(seed)
     model.eval()
     out = []

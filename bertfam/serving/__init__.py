@@ -3,8 +3,10 @@ from ..tasks.pipelines import InputError  # noqa: F401
 from .service import Limits, Service  # noqa: F401
 
 
-def create_app(service):
-    """The FastAPI app for a Service (imported lazily: fastapi is the [serve] extra)."""
-    from .app import create_app as _create
+def __getattr__(name: str):
+    """`create_app` (bertfam/serving/app.py) is imported on first use: fastapi is the [serve] extra."""
+    if name == "create_app":
+        from .app import create_app
 
-    return _create(service)
+        return create_app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,28 +1,33 @@
 """The FastAPI application: /v1/{mrc,classify,ner,embed,fill-mask}, /health, the web page at /, /docs.
 
-Every request body is read under a size limit, parsed and validated here, so that anything a client
-sends gets a 4xx whose `error` names the field (`question: Field required`, `[3].text: ...`); the
-model only ever sees well-formed items. Error bodies are `{"error": "<one line>", "field": <name|null>}`.
+Request bodies are pydantic models that FastAPI parses, validates and writes into the OpenAPI schema:
+every `/v1/...` except embed takes one object or a list of them (`OneOrMany`), embed one `EmbedBody`. The
+request limits are part of those types, built once per app from the service's `Limits` by
+`request_types` (items per list, characters per text field), so pydantic checks them with everything else
+and the schema shows them (`maxItems`, `maxLength`). Whatever a client sends that is wrong gets a 4xx whose
+body is `{"error": "<one line naming the field>", "field": <name|null>}` (`question: Field required`,
+`[3].text: ...`; validation errors also list every `problems[]`): `client_error` translates FastAPI's
+validation errors into it. The model only ever sees well-formed items.
 """
-from __future__ import annotations
-
 import asyncio
-import json
+import inspect
 import logging
 import os
 import time
 from contextlib import asynccontextmanager
-from typing import Any, Literal, Optional
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Optional, Union
 
-from fastapi import FastAPI, Request
+from fastapi import Body, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import BertfamError
-from .batching import QueueFull
 from ..tasks.pipelines import InputError
-from .service import Service
+from .batching import QueueFull
+from .service import Limits, Route, Service
 
 log = logging.getLogger("bertfam")
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -95,7 +100,7 @@ class FillMaskResult(BaseModel):
 
 
 class EmbedBody(_Strict):
-    texts: list[str] = Field(examples=[["今天天气很好", "今天是晴天"]])
+    texts: list[str] = Field(min_length=1, examples=[["今天天气很好", "今天是晴天"]])
     pooling: Literal["mean", "cls"] = "mean"
     normalize: bool = True
 
@@ -115,7 +120,46 @@ class ErrorBody(BaseModel):
 
 ITEM_OF = {"mrc": (MRCItem, MRCResult), "classify": (ClassifyItem, ClassifyResult), "ner": (NERItem, NERResult),
            "fill-mask": (FillMaskItem, FillMaskResult)}
-TEXT_FIELDS = ("question", "passage", "title", "text", "text_pair")
+ONE, MANY = "object", "list"  # the tags of a one-or-many body's two branches (not part of field names)
+
+
+def _one_or_many_tag(value: Any) -> str:
+    return MANY if isinstance(value, list) else ONE
+
+
+def _limited(model: type, max_chars: int, **fields) -> type:
+    """`model` under its own name, every text field at most `max_chars` characters; `fields` (name ->
+    (type, Field)) redeclared."""
+    ns = {"__module__": __name__, "__qualname__": model.__name__, "__doc__": model.__doc__,
+          "model_config": ConfigDict(str_max_length=max_chars),
+          "__annotations__": {name: t for name, (t, _) in fields.items()}}
+    ns.update({name: f for name, (_, f) in fields.items()})
+    return type(model.__name__, (model,), ns)
+
+
+@dataclass(frozen=True)
+class RequestTypes:
+    """The body type of every endpoint, carrying one app's limits."""
+
+    items: dict  # endpoint -> one object or a list of 1..max_texts objects of its item model
+    embed: type  # EmbedBody with 1..max_texts texts
+
+
+def request_types(lim: Limits) -> RequestTypes:
+    """The request limits as types: a list body holds 1..max_texts items, an embed body 1..max_texts texts,
+    and every text field (question, passage, title, text, text_pair, texts[i]) at most max_passage_chars
+    characters. A JSON array is validated as the list, anything else as the one object, so an error names
+    only the fields of what was sent."""
+    def one_or_many(item):
+        item = _limited(item, lim.max_passage_chars)
+        return Annotated[Union[Annotated[item, Tag(ONE)],
+                               Annotated[list[item], Field(min_length=1, max_length=lim.max_texts), Tag(MANY)]],
+                         Discriminator(_one_or_many_tag)]
+
+    texts = EmbedBody.model_fields["texts"]
+    embed = _limited(EmbedBody, lim.max_passage_chars,
+                     texts=(list[str], Field(min_length=1, max_length=lim.max_texts, examples=texts.examples)))
+    return RequestTypes({ep: one_or_many(item) for ep, (item, _) in ITEM_OF.items()}, embed)
 
 
 # ------------------------------------------------------------------ errors
@@ -135,24 +179,77 @@ def _error(status: int, message: str, field: Optional[str] = None, headers: Opti
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def _loc(prefix: str, loc: tuple) -> str:
-    """('body', 2, 'question') style locations -> '[2].question'; () -> 'body'."""
-    out = prefix
-    for part in loc:
+def field_name(loc: tuple) -> str:
+    """A body location as the client wrote it: ('body', 'list', 2, 'question') -> '[2].question',
+    ('body', 'texts', 1) -> 'texts[1]', ('body',) -> 'body'."""
+    parts = list(loc[1:] if loc[:1] == ("body",) else loc)
+    if parts[:1] in ([ONE], [MANY]):
+        parts = parts[1:]
+    out = ""
+    for part in parts:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "body"
 
 
-def _validation_problems(err: ValidationError, prefix: str = "") -> list[dict]:
-    """Every problem as {field, error}; the first one becomes the response's one-line `error`."""
-    out = []
-    for e in err.errors(include_url=False):
-        field = _loc(prefix, tuple(e["loc"]))
+_OBJECT_EXPECTED = ("model_type", "dict_type", "model_attributes_type")
+
+
+def _problem(e: dict) -> tuple[int, dict]:
+    """(status, {field, error}) of one validation error; a limit's error names its flag."""
+    field = field_name(tuple(e["loc"]))
+    kind, ctx, value = e["type"], e.get("ctx") or {}, e.get("input")
+    status = 422
+    if kind == "string_too_long":
+        msg = f"{len(value)} characters, over the limit of {ctx['max_length']} (--max-passage-chars)"
+    elif kind == "string_unicode":  # JSON allows "\ud800"; the tokenizer (Rust) cannot take it
+        msg = "not valid Unicode (a lone surrogate escape)"
+    elif kind == "too_long":
+        status = 413
+        msg = (f"{ctx.get('actual_length')} {'texts' if field == 'texts' else 'items'}, over the limit of "
+               f"{ctx['max_length']} per request (--max-texts)")
+    elif kind == "too_short":
+        msg = "must hold at least one text" if field == "texts" else "empty list; send one object or a list of objects"
+    elif kind in _OBJECT_EXPECTED:
+        msg = f"expected a JSON object, got {_json_type(value)}"
+    else:
         msg = e["msg"]
-        if not e["loc"] and e["type"] in ("model_type", "dict_type", "model_attributes_type"):
-            msg = f"expected a JSON object, got {_json_type(e.get('input'))}"
-        out.append({"field": field, "error": f"{field}: {msg}"})
-    return out
+    return status, {"field": field, "error": f"{field}: {msg}"}
+
+
+def client_error(e: RequestValidationError, content_type: Optional[str]) -> JSONResponse:
+    """FastAPI's validation error as one error body: 400 for a body that is not JSON, 415 for another
+    Content-Type, else the first problem's status (413 over a limit of --max-texts, 422 otherwise) with
+    every problem listed."""
+    errors = e.errors()
+    first = errors[0]
+    if isinstance(e.body, (bytes, bytearray)):  # not read as JSON: another content type
+        return _error(415, f"body: send JSON with Content-Type: application/json (got {content_type})", "body")
+    if first["type"] == "json_invalid":
+        return _error(400, _invalid_json(e.body, first["loc"][-1], (first.get("ctx") or {}).get("error", "")), "body")
+    if first["type"] == "missing" and tuple(first["loc"]) == ("body",):
+        return _error(400, "body: empty; send a JSON object", "body")
+    problems = [_problem(x) for x in errors]
+    status, head = problems[0]
+    more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+    return _error(status, head["error"] + more, head["field"], problems=[p for _, p in problems])
+
+
+def _invalid_json(doc: Any, pos: Any, msg: str) -> str:
+    if isinstance(doc, (bytes, bytearray)):
+        doc = doc.decode("utf-8", "replace")
+    if not isinstance(doc, str) or not isinstance(pos, int):
+        return f"body: invalid JSON ({msg})"
+    line, column = doc.count("\n", 0, pos) + 1, pos - doc.rfind("\n", 0, pos)
+    return f"body: invalid JSON ({msg} at line {line} column {column})"
+
+
+def _unreadable(cause: Optional[BaseException]) -> str:
+    """Why FastAPI could not read the body as JSON (it answers 400 and keeps the reason as the cause)."""
+    if isinstance(cause, RecursionError):
+        return "body: JSON nested too deeply"
+    if isinstance(cause, UnicodeDecodeError):
+        return "body: not UTF-8 text"
+    return "body: cannot be read as JSON"
 
 
 def _json_type(v: Any) -> str:
@@ -225,22 +322,32 @@ def create_app(service: Service) -> FastAPI:
         yield
         await service.close()
 
+    # a body sent without a Content-Type header is read as JSON (newer FastAPI refuses it unless told)
+    lenient = {"strict_content_type": False} if "strict_content_type" in inspect.signature(FastAPI).parameters else {}
     # FastAPI's /docs and /redoc load their scripts from a CDN and show a blank page offline: /docs is
     # served below from static/docs.html, which reads /openapi.json and needs nothing else.
     app = FastAPI(title="bertfam", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="BERT-family models over HTTP: reading comprehension, classification, NER, "
-                              "embeddings, fill-mask. Errors: `{error, field}` with a 4xx status for bad input.")
+                              "embeddings, fill-mask. Errors: `{error, field}` with a 4xx status for bad input.",
+                  **lenient)
     app.state.service = service
     app.state.started = time.time()
     lim = service.limits
+    types = request_types(lim)
     app.add_middleware(BodyLimit, limit=lim.max_body_bytes)
 
     @app.exception_handler(ApiError)
     async def _api_error(request, e: ApiError):
         return _error(e.status, e.message, e.field, e.headers, e.problems)
 
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, e: RequestValidationError):
+        return client_error(e, request.headers.get("content-type"))
+
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request, e: StarletteHTTPException):
+        if e.status_code == 400 and e.__cause__ is not None:  # FastAPI could not read the body as JSON
+            return _error(400, _unreadable(e.__cause__), "body")
         return _error(e.status_code, str(e.detail), None, getattr(e, "headers", None))
 
     @app.exception_handler(Exception)
@@ -262,33 +369,19 @@ def create_app(service: Service) -> FastAPI:
         d["uptime_s"] = round(time.time() - app.state.started, 1)
         return d
 
-    errors = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 413: {"model": ErrorBody},
-              422: {"model": ErrorBody}, 429: {"model": ErrorBody}, 503: {"model": ErrorBody}}
+    errors = {status: {"model": ErrorBody} for status in (400, 404, 413, 415, 422, 429, 503)}
 
-    for ep, (item_cls, result_cls) in ITEM_OF.items():
-        schema = item_cls.model_json_schema()
-        body_schema = {"oneOf": [schema, {"type": "array", "items": schema, "maxItems": lim.max_texts}]}
+    for ep, (_, result_cls) in ITEM_OF.items():
         app.post(f"/v1/{ep}", summary=f"{ep}: one object, or a list of objects (answers come back in order)",
+                 response_model=None,
                  responses={200: {"model": result_cls, "description": "one result, or a list for a list body"},
-                            **errors},
-                 openapi_extra={"requestBody": {"required": True,
-                                                "content": {"application/json": {"schema": body_schema}}}}
-                 )(_item_endpoint(service, ep, item_cls))
+                            **errors}
+                 )(_item_endpoint(ep, types.items[ep], _route_of(service, ep), lim.timeout_s))
 
     @app.post("/v1/embed", summary="embed: sentence vectors for a list of texts", response_model=None,
-              responses={200: {"model": EmbedResult}, **errors},
-              openapi_extra={"requestBody": {"required": True, "content": {
-                  "application/json": {"schema": EmbedBody.model_json_schema()}}}})
-    async def embed(request: Request):
-        route = _route(service, "embed")
-        body = _validate(EmbedBody, await _json(request), "")
-        if not body.texts:
-            raise ApiError(422, "texts: must hold at least one text", "texts")
-        if len(body.texts) > lim.max_texts:
-            raise ApiError(413, f"texts: {len(body.texts)} texts, over the limit of {lim.max_texts} per request "
-                                f"(--max-texts)", "texts")
-        for i, t in enumerate(body.texts):
-            _check_text(f"texts[{i}]", t, lim.max_passage_chars)
+              responses={200: {"model": EmbedResult}, **errors})
+    async def embed(body: Annotated[types.embed, Body()],
+                    route: Annotated[Route, Depends(_route_of(service, "embed"))]):
         items = [{"text": t, "pooling": body.pooling, "normalize": body.normalize} for t in body.texts]
         results = await _answer(route, items, "texts", lim.timeout_s)
         return {"vectors": [r["vector"] for r in results], "dim": len(results[0]["vector"]),
@@ -297,84 +390,37 @@ def create_app(service: Service) -> FastAPI:
     return app
 
 
-def _route(service: Service, ep: str):
-    route = service.routes.get(ep)
-    if route is None:
-        need = {"mrc": "span", "classify": "classification or regression", "ner": "token",
-                "fill-mask": "mlm or pretraining"}.get(ep, "any")
-        raise ApiError(404, f"/v1/{ep}: no loaded model serves it (load one with a {need} head)")
+def _route_of(service: Service, ep: str):
+    """The dependency that gives an endpoint's route: 404 (before the body is validated) when no loaded
+    model serves it."""
+    async def route() -> Route:
+        found = service.routes.get(ep)
+        if found is None:
+            need = {"mrc": "span", "classify": "classification or regression", "ner": "token",
+                    "fill-mask": "mlm or pretraining"}.get(ep, "any")
+            raise ApiError(404, f"/v1/{ep}: no loaded model serves it (load one with a {need} head)")
+        return found
+
     return route
 
 
-def _item_endpoint(service: Service, ep: str, item_cls):
-    lim = service.limits
-    adapter = TypeAdapter(item_cls)
-
-    async def endpoint(request: Request):
-        route = _route(service, ep)
-        raw = await _json(request)
-        single = not isinstance(raw, list)
-        if single:
-            items = [_validate(adapter, raw, "")]
-        else:
-            if not raw:
-                raise ApiError(422, "body: empty list; send one object or a list of objects", "body")
-            if len(raw) > lim.max_texts:
-                raise ApiError(413, f"body: {len(raw)} items, over the limit of {lim.max_texts} per request "
-                                    f"(--max-texts)", "body")
-            items = [_validate(adapter, x, f"[{i}]") for i, x in enumerate(raw)]
+def _item_endpoint(ep: str, body_type, route_of, timeout_s: float):
+    async def endpoint(body: Annotated[body_type, Body()], route: Annotated[Route, Depends(route_of)]):
+        single = not isinstance(body, list)
         dicts = []
-        for i, it in enumerate(items):
-            d = it.model_dump()
+        for i, item in enumerate([body] if single else body):
+            d = item.model_dump()
             prefix = "" if single else f"[{i}]."
-            for f in TEXT_FIELDS:
-                if d.get(f) is not None:
-                    _check_text(prefix + f, d[f], lim.max_passage_chars)
             try:
-                route.predictor.check(d)
+                route.predictor.check(d)  # what the task needs beyond types (a question that is not blank ...)
             except InputError as e:
                 raise ApiError(422, prefix + str(e), prefix + e.field) from None
             dicts.append(d)
-        results = await _answer(route, dicts, None if single else "", lim.timeout_s)
+        results = await _answer(route, dicts, None if single else "", timeout_s)
         return results[0] if single else results
 
     endpoint.__name__ = ep.replace("-", "_")
     return endpoint
-
-
-async def _json(request: Request) -> Any:
-    raw = await request.body()
-    if not raw.strip():
-        raise ApiError(400, "body: empty; send a JSON object", "body")
-    try:
-        return json.loads(raw)
-    except UnicodeDecodeError:
-        raise ApiError(400, "body: not UTF-8 text", "body") from None
-    except json.JSONDecodeError as e:
-        raise ApiError(400, f"body: invalid JSON ({e.msg} at line {e.lineno} column {e.colno})", "body") from None
-    except RecursionError:
-        raise ApiError(400, "body: JSON nested too deeply", "body") from None
-
-
-def _validate(adapter, value: Any, prefix: str):
-    try:
-        if isinstance(adapter, TypeAdapter):
-            return adapter.validate_python(value)
-        return adapter.model_validate(value)
-    except ValidationError as e:
-        problems = _validation_problems(e, prefix)
-        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
-        raise ApiError(422, problems[0]["error"] + more, problems[0]["field"], problems=problems) from None
-
-
-def _check_text(field: str, text: str, max_chars: int) -> None:
-    if len(text) > max_chars:
-        raise ApiError(422, f"{field}: {len(text)} characters, over the limit of {max_chars} "
-                            f"(--max-passage-chars)", field)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # JSON allows "\ud800"; the tokenizer (Rust) cannot take it
-        raise ApiError(422, f"{field}: not valid Unicode (a lone surrogate escape)", field) from None
 
 
 async def _answer(route, items: list[dict], list_prefix: Optional[str], timeout_s: float) -> list:

@@ -85,7 +85,7 @@ class Service:
 
     @classmethod
     def from_dirs(cls, paths: Sequence[str], limits: Optional[Limits] = None, **kw) -> "Service":
-        from ..loading import from_pretrained
+        from ..checkpoint import from_pretrained
 
         models, seen = [], set()
         for p in paths:

@@ -11,7 +11,7 @@ from typing import Sequence
 Span = tuple  # (type, start, end_exclusive)
 
 
-def _split(tag: str) -> tuple[str, str]:
+def _tag_parts(tag: str) -> tuple[str, str]:
     if tag == "O" or len(tag) < 3 or tag[1] != "-":
         return "O", ""
     return tag[0], tag[2:]
@@ -21,7 +21,7 @@ def tags_to_spans(tags: Sequence[str]) -> list[Span]:
     spans: list[Span] = []
     cur_type, start = None, 0
     for i, tag in enumerate(list(tags) + ["O"]):
-        p, t = _split(tag)
+        p, t = _tag_parts(tag)
         continues = p in ("I", "M", "E") and t == cur_type
         if cur_type is not None and not continues:
             spans.append((cur_type, start, i))

@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from ..config import FinetuneSettings
 from ..data.labelled import Example
 from ..errors import DataError
 from ..modeling.optimize import optimize_for_inference
@@ -40,7 +41,7 @@ def collect_labels(spec: TaskSpec, examples: Sequence[Example]) -> list[str]:
 
 
 class FeatureBuilder:
-    def __init__(self, tokenizer, spec: TaskSpec, labels: list[str], max_length: int = 128, kbert=None,
+    def __init__(self, tokenizer, spec: TaskSpec, labels: list[str], max_length: int = FinetuneSettings.max_length, kbert=None,
                  window_overlap: float = 0.5):
         if tokenizer is None:
             raise DataError("the model directory has no tokenizer (tokenizer.json or vocab.txt)")

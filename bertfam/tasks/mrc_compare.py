@@ -13,7 +13,7 @@ def compare_models(model_dirs: Sequence[str], names: Sequence[str], data_path: s
                    ensemble: bool = True, mode: str = "auto", predictor_kw: Optional[dict] = None) -> str:
     from ..data.mrc import read_mrc
     from ..evaluation.dureader import evaluate, read_references
-    from ..loading import from_pretrained
+    from ..checkpoint import from_pretrained
     from .mrc import predict_examples, predictor_from_models
 
     kw = predictor_kw or {}

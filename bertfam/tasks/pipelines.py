@@ -294,9 +294,9 @@ class MRCPipeline(Pipeline):
         super().__init__(model, batch_size)
         from .mrc import MRCPredictor
 
-        extra = model.config.head.extra
-        max_length = min(max_length or int(extra.get("max_length", 384)), self.window)
-        doc_stride = doc_stride or int(extra.get("doc_stride", 128))
+        saved = model.config.head.mrc_settings  # the model's training windows, else MRCSettings' defaults
+        max_length = min(max_length or saved.max_length, self.window)
+        doc_stride = doc_stride or saved.doc_stride
         self.inner = MRCPredictor(model, model.tokenizer, max_length=max_length,
                                   doc_stride=min(doc_stride, max_length // 2), batch_size=batch_size)
 
@@ -339,7 +339,7 @@ def pipeline(task: Optional[str] = None, model=None, *, batch_size: int = 32, **
     if model is None:
         raise ConfigError("pipeline() needs model= (a model directory or a loaded model)")
     if isinstance(model, str):
-        from ..loading import from_pretrained
+        from ..checkpoint import from_pretrained
 
         model = from_pretrained(model)
     head = model.config.head.task

@@ -28,7 +28,7 @@ class TaskSpec:
     metric: str = "accuracy"  # key of bertfam.evaluation.metrics.METRICS
     headline: str = "accuracy"  # the number used for best-checkpoint selection and tables
     positive: str = "1"  # positive class for binary F1
-    family: str = ""  # glue | clue | ner | kbert | custom
+    suite: str = ""  # glue | clue | ner | kbert | custom: the benchmark or reader group the task comes from
     extra: dict = field(default_factory=dict)
 
     @property
@@ -45,7 +45,7 @@ def _glue_rows() -> dict:
         metric, headline = GLUE_METRIC[name]
         kind = "regression" if lay.labels is None else ("single" if len(lay.text) == 1 else "pair")
         rows[name] = TaskSpec(name, kind, partial(read_glue, name), list(lay.labels) if lay.labels else None,
-                              metric, headline, family="glue")
+                              metric, headline, suite="glue")
     return rows
 
 
@@ -54,7 +54,7 @@ def _clue_rows() -> dict:
     for name, lay in CLUE.items():
         kind = "pair" if len(lay.text) == 2 else "single"
         rows[name] = TaskSpec(name, kind, partial(read_clue, name), list(lay.labels) if lay.labels else None,
-                              "accuracy", "accuracy", family="clue")
+                              "accuracy", "accuracy", suite="clue")
     return rows
 
 
@@ -63,11 +63,11 @@ NER_READERS = {"cluener": read_cluener, "msra": read_char_tags, "peoples_daily":
 
 
 def _ner_rows() -> dict:
-    return {n: TaskSpec(n, "token", r, None, "entity_f1", "f1", family="ner") for n, r in NER_READERS.items()}
+    return {n: TaskSpec(n, "token", r, None, "entity_f1", "f1", suite="ner") for n, r in NER_READERS.items()}
 
 
 def _kbert_rows() -> dict:
-    return {n: TaskSpec(n, "single", read_kbert_tsv, ["0", "1"], "accuracy", "accuracy", family="kbert")
+    return {n: TaskSpec(n, "single", read_kbert_tsv, ["0", "1"], "accuracy", "accuracy", suite="kbert")
             for n in ("chnsenticorp", "book_review", "shopping")}
 
 
@@ -90,7 +90,7 @@ def custom_task(fmt: str, kind: str, text_cols: list, label_col: Optional[str], 
     if kind not in HEAD:
         raise ConfigError(f"custom task kind {kind!r} not in {', '.join(HEAD)}")
     if kind == "token":
-        return TaskSpec("custom", "token", read_ner, labels, "entity_f1", "f1", family="custom")
+        return TaskSpec("custom", "token", read_ner, labels, "entity_f1", "f1", suite="custom")
     if not text_cols or len(text_cols) > 2:
         raise ConfigError("custom task: give one or two text columns (--text-cols a[,b])")
     if kind == "pair" and len(text_cols) != 2:
@@ -107,5 +107,5 @@ def custom_task(fmt: str, kind: str, text_cols: list, label_col: Optional[str], 
     else:
         raise ConfigError(f"custom task format {fmt!r} not in tsv, jsonl")
     metric = "corr" if reg else "accuracy"
-    return TaskSpec("custom", kind, reader, labels, metric, "corr" if reg else "accuracy", family="custom",
+    return TaskSpec("custom", kind, reader, labels, metric, "corr" if reg else "accuracy", suite="custom",
                     extra={"format": fmt, "text_cols": list(text_cols), "label_col": label_col, "header": header})

@@ -40,7 +40,7 @@ class _Word:
     branches: list = field(default_factory=list)  # per injected entity: its token ids
 
 
-class KBertEncoder:
+class KBertInputBuilder:
     """`encode(text, text_pair=None)` -> dict(input_ids, token_type_ids, position_ids, visible_matrix,
     source_index, injected, attention_mask); `collate(encodings)` pads a batch into tensors."""
 

@@ -1,5 +1,5 @@
-"""`from_pretrained`: bertfam directories and Hugging Face directories, same entry point (built on the
-checkpoint I/O of bertfam/checkpoint.py)."""
+"""`from_pretrained`: bertfam directories and Hugging Face directories, same entry point (a text model built
+from the checkpoint I/O of `checkpoint/io.py`)."""
 from __future__ import annotations
 
 import logging
@@ -7,9 +7,9 @@ from typing import Optional
 
 import torch
 
-from .checkpoint import load_config, load_state, read_tokenizer, read_weights, with_task
-from .convert.hf import state_from_hf
-from .modeling.model import TaskModel
+from .io import load_config, load_state, read_tokenizer, read_weights, with_task
+from ..convert.hf import state_from_hf
+from ..modeling.model import TaskModel
 
 log = logging.getLogger("bertfam")
 

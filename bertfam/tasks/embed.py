@@ -15,17 +15,17 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .config import fit_max_length
-from .errors import ConfigError, DataError
-from .modeling.optimize import optimize_for_inference
-from .utils import atomic_path
+from ..config import fit_max_length
+from ..errors import ConfigError, DataError
+from ..modeling.optimize import optimize_for_inference
+from ..utils import atomic_path
 
 log = logging.getLogger("bertfam")
 
 
 def _load(model_or_dir):
     if isinstance(model_or_dir, str):
-        from .loading import from_pretrained
+        from ..checkpoint import from_pretrained
 
         return from_pretrained(model_or_dir)
     return model_or_dir

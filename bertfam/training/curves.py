@@ -1,4 +1,5 @@
-"""`bertfam plot RUN_DIR`: PNG curves (loss, MLM accuracy, NSP/SOP accuracy, lr) from metrics.jsonl.
+"""Curves of a training run: the trainer's metrics.jsonl read back (`read_metrics`) and drawn as PNG panels
+(loss, MLM accuracy, NSP/SOP accuracy, lr) by `plot_run` (`bertfam plot RUN_DIR`).
 
 matplotlib is an optional dependency (`pip install bertfam[plot]`).
 """
@@ -8,7 +9,7 @@ import json
 import os
 from typing import Optional, Sequence
 
-from .errors import ConfigError, DataError
+from ..errors import ConfigError, DataError
 
 PANELS = (  # (title, [(key, label)])
     ("loss", [("loss", "train loss"), ("eval_mlm_loss", "eval MLM loss")]),
@@ -70,7 +71,7 @@ def plot_run(run_dir: str, out: Optional[str] = None, panels: Optional[Sequence[
         ax.legend(fontsize=8)
     fig.tight_layout()
     out = out or os.path.join(run_dir if os.path.isdir(run_dir) else os.path.dirname(run_dir), "curves.png")
-    from .utils import atomic_write
+    from ..utils import atomic_write
 
     atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)

@@ -8,8 +8,8 @@
   themselves; what the checkpoint lacks is initialised);
 - `read_tokenizer(dir, cfg)`: the directory's tokenizer, if it has one.
 
-`bertfam.from_pretrained` (bertfam/loading.py) and the multimodal loaders are built from these; nothing
-here imports `modeling/`, so `config.py` and `convert/` stay below it.
+`bertfam.from_pretrained` (`checkpoint/loading.py`) and the multimodal loaders are built from these;
+nothing in this module imports `modeling/`.
 """
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ from typing import Optional
 
 import torch
 
-from .config import ENCODER, LOAD_TASKS, HeadConfig, ModelConfig, preset, read_json
-from .convert.hf import config_from_hf
-from .errors import CheckpointError, ConfigError, TokenizerError
-from .tokenization import Tokenizer
+from ..config import ENCODER, LOAD_TASKS, HeadConfig, ModelConfig, preset, read_json, with_training_info
+from ..convert.hf import config_from_hf
+from ..errors import CheckpointError, ConfigError, TokenizerError
+from ..tokenization import Tokenizer
 
 log = logging.getLogger("bertfam")
 CONFIG_FILE = "config.json"
@@ -65,14 +65,14 @@ def config_from_dict(d: dict, source: str) -> ModelConfig:
 
 
 def load_config(path: str) -> tuple[ModelConfig, bool]:
-    """(config, native?) of a checkpoint directory."""
+    """(config, native?) of a checkpoint directory (its training_info.json in config.head.info)."""
     if not os.path.isdir(path):
         raise CheckpointError(f"{path}: model directory not found")
     cpath = os.path.join(path, CONFIG_FILE)
     if not os.path.isfile(cpath):
         raise CheckpointError(f"{path}: no config.json (is this a model directory?)")
     d = read_json(cpath)
-    return config_from_dict(d, cpath), is_native(d)
+    return with_training_info(config_from_dict(d, cpath), path), is_native(d)
 
 
 def resolve_config(spec: str, **overrides) -> ModelConfig:

@@ -17,7 +17,7 @@ from typing import Optional
 
 import torch
 
-from .errors import BertfamError, ConfigError
+from ..errors import BertfamError, ConfigError
 
 SHIPPED_MODEL = "mrc-zh-e5small-l6"  # models/<name> in the repository
 DEMO_DATA = "dureader_checklist_demo.json"  # bertfam/resources/, see resources/README.md
@@ -37,8 +37,11 @@ HAND_WRITTEN = [
 ]
 
 
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # bertfam/
+
+
 def repo_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.dirname(PACKAGE_DIR)
 
 
 def shipped_model_dir() -> Optional[str]:
@@ -48,7 +51,7 @@ def shipped_model_dir() -> Optional[str]:
 
 
 def demo_data_path() -> str:
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources", DEMO_DATA)
+    return os.path.join(PACKAGE_DIR, "resources", DEMO_DATA)
 
 
 def run(model_dir: Optional[str] = None, rows: int = 12, limit: Optional[int] = None) -> dict:
@@ -65,7 +68,7 @@ def run(model_dir: Optional[str] = None, rows: int = 12, limit: Optional[int] = 
 # ----------------------------------------------------------------------------- the MRC demo
 def load_mrc_model(model_dir: str):
     """The span model in `model_dir`, or a ConfigError that says what a demo model must be."""
-    from .loading import from_pretrained
+    from ..checkpoint import from_pretrained
 
     try:
         model = from_pretrained(model_dir)
@@ -81,7 +84,7 @@ def load_mrc_model(model_dir: str):
 
 def demo_examples() -> tuple[list, list]:
     """(DuReader-checklist demo examples, hand-written examples)."""
-    from .data.mrc import MRCAnswer, MRCExample, read_mrc
+    from ..data.mrc import MRCAnswer, MRCExample, read_mrc
 
     demo, _ = read_mrc(demo_data_path(), source="checklist-demo", mode="predict")
     hand = []
@@ -92,8 +95,8 @@ def demo_examples() -> tuple[list, list]:
 
 
 def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None) -> dict:
-    from .evaluation.dureader import NO_ANSWER, Reference, evaluate, score_one
-    from .tasks.mrc import predictor_from_models, predict_examples
+    from ..evaluation.dureader import NO_ANSWER, Reference, evaluate, score_one
+    from ..tasks.mrc import predictor_from_models, predict_examples
 
     t0 = time.perf_counter()
     model = load_mrc_model(model_dir)
@@ -123,7 +126,7 @@ def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None) -> dic
     print(f"DuReader-checklist demo ({len(demo)} questions, {sum(ex.is_impossible for ex in demo)} without an "
           "answer), official metric:")
     print(_score_table(result))
-    seen = set(model.config.head.extra.get("demo_seen_qids") or ())
+    seen = set(model.config.head.info.get("demo_seen_qids") or ())  # training_info.json
     if seen & set(refs):
         # questions of this demo the model was trained or tuned on: score the untouched ones on their own
         held = OrderedDict((q, r) for q, r in refs.items() if q not in seen)
@@ -152,7 +155,7 @@ def _same_dir(a: Optional[str], b: Optional[str]) -> bool:
 
 def _print_seed_example(demo: list, preds: dict, no_answer: str) -> None:
     """The seed project's own example question, first and in full (when the demo data holds it)."""
-    from .evaluation.dureader import Reference, score_one
+    from ..evaluation.dureader import Reference, score_one
 
     ex = next((e for e in demo if e.question == SEED_QUESTION), None)
     if ex is None:
@@ -222,9 +225,9 @@ def minilm_dir() -> Optional[str]:
 
 def tiny_random_dir(out: str) -> str:
     """A tiny random checkpoint with a small Chinese+English WordPiece vocab (no network needed)."""
-    from .config import preset
-    from .modeling import build_model
-    from .tokenization.tokenizer import Tokenizer, bert_wordpiece
+    from ..config import preset
+    from ..modeling import build_model
+    from ..tokenization.tokenizer import Tokenizer, bert_wordpiece
 
     chars = list("我爱北京天安门今天气很好你是谁的中国人模型")
     words = ["the", "weather", "is", "nice", "today", "i", "love", "bert", "."]
@@ -237,7 +240,7 @@ def tiny_random_dir(out: str) -> str:
 
 def encoder_demo(model_dir: Optional[str] = None) -> dict:
     """Encode a Chinese and an English sentence (MiniLM if installed, else a tiny random model)."""
-    from .loading import from_pretrained
+    from ..checkpoint import from_pretrained
 
     if model_dir is None:
         model_dir = minilm_dir() or tiny_random_dir(tempfile.mkdtemp(prefix="bertfam-demo-"))

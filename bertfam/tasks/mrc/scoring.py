@@ -1,0 +1,50 @@
+"""Predicting a list of examples ({qid: answer} + n-best details) and scoring it with the official DuReader
+metric."""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Sequence
+
+from .decoding import NO_ANSWER
+
+log = logging.getLogger("bertfam")
+
+
+def predict_examples(predictor, examples: Sequence, no_answer_text: str = NO_ANSWER, progress: bool = False
+                     ) -> tuple[dict, dict, float]:
+    """({qid: answer text or no_answer_text}, {qid: n-best details}, questions per second)."""
+    items = [{"question": ex.question, "passage": ex.context, "title": ex.title} for ex in examples]
+    t0 = time.perf_counter()
+    results = []
+    step = 256
+    for b in range(0, len(items), step):
+        results.extend(predictor.predict_batch(items[b:b + step], details=True))
+        if progress:
+            log.info("predicted %d/%d", min(b + step, len(items)), len(items))
+    dt = time.perf_counter() - t0
+    preds, nbest = {}, {}
+    for ex, r in zip(examples, results):
+        preds[ex.qid] = r["answer"] if r["answerable"] else no_answer_text
+        nbest[ex.qid] = {"answerable": r["answerable"], "answer": r["answer"], "start": r["start"], "end": r["end"],
+                         "score": r["score"], "p_answerable": r.get("p_answerable"),
+                         "null_diff": _finite(r.get("null_diff")),
+                         "nbest": [dict(c, score=float(c["score"])) for c in r.get("nbest", [])]}
+    return preds, nbest, len(items) / max(dt, 1e-9)
+
+
+def _finite(x):
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def score_examples(predictor, examples: Sequence) -> dict:
+    """Official DuReader F1/EM (x100) of a predictor on examples that carry their references."""
+    from collections import OrderedDict
+
+    from ...evaluation.dureader import Reference, evaluate
+
+    preds, _, qps = predict_examples(predictor, examples)
+    refs = OrderedDict((ex.qid, Reference(ex.answer_texts, ex.is_impossible, ex.qtype)) for ex in examples)
+    r = evaluate(refs, preds)
+    return {"f1": float(r["F1"]), "em": float(r["EM"]), "questions_per_s": qps}

@@ -1,0 +1,202 @@
+"""Typed task settings on the head (head.mrc: MRCSettings, head.finetune: FinetuneSettings) instead of the old
+free-form head.extra, each default defined once; provenance in training_info.json beside config.json."""
+import dataclasses
+import inspect
+import json
+import shutil
+
+import pytest
+
+import bertfam
+from bertfam import HeadConfig, ModelConfig, Tokenizer, build_model, preset
+from bertfam.config import (TRAINING_INFO_FILE, CustomTaskSettings, FinetuneSettings, MRCSettings,
+                            read_training_info)
+from bertfam.errors import ConfigError
+
+from .conftest import ROOT, ZH_VOCAB
+
+SHIPPED = f"{ROOT}/models/mrc-zh-e5small-l6"
+
+
+def _span_cfg(**head) -> ModelConfig:
+    tok = Tokenizer.from_vocab(ZH_VOCAB)
+    return preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=1, max_position_embeddings=128,
+                  head=HeadConfig(task="span", **head))
+
+
+def _old_style(cfg: ModelConfig, extra: dict) -> dict:
+    """config.json as bertfam wrote it before the typed settings."""
+    d = cfg.to_dict()
+    for k in ("mrc", "finetune", "label_descriptions"):
+        d["head"].pop(k)
+    d["head"]["extra"] = extra
+    return d
+
+
+# ------------------------------------------------------------------ old checkpoints
+def test_old_span_extra_loads_into_typed_fields_with_the_same_values():
+    extra = {"use_title": False, "max_length": 256, "doc_stride": 96, "null_threshold": 2.5,
+             "answerable_threshold": 0.9, "max_answer_length": 48, "thresholds_tuned_on": "dev.json",
+             "tuned_dev_f1": 53.3, "demo_seen_qids": ["a", "b"]}
+    cfg = ModelConfig.from_dict(_old_style(_span_cfg(), extra))
+    assert cfg.head.mrc == MRCSettings(max_length=256, doc_stride=96, use_title=False, null_threshold=2.5,
+                                       answerable_threshold=0.9, max_answer_length=48)
+    assert cfg.head.info == {"thresholds_tuned_on": "dev.json", "tuned_dev_f1": 53.3, "demo_seen_qids": ["a", "b"]}
+    assert cfg.head.finetune is None and "extra" not in cfg.to_dict()["head"]
+
+
+def test_old_finetune_extra_loads_into_finetune_settings():
+    base = preset("bert-tiny", head=HeadConfig(task="classification", labels=["a", "b"]))
+    old = {"task": "custom", "kind": "pair", "max_length": 64, "kg": ["kg.spo"],
+           "custom": {"format": "jsonl", "text_cols": ["q", "a"], "label_col": "y", "header": True}}
+    ft = ModelConfig.from_dict(_old_style(base, old)).head.finetune
+    assert ft == FinetuneSettings(task="custom", kind="pair", max_length=64, kg=["kg.spo"],
+                                  custom=CustomTaskSettings("jsonl", ["q", "a"], "y", True))
+    # a GLUE task (no custom part), and a token-kind custom task that recorded "custom": {}
+    assert ModelConfig.from_dict(_old_style(base, {"task": "sst2", "kind": "single", "max_length": 128,
+                                                   "kg": None})).head.finetune == FinetuneSettings("sst2")
+    tok = ModelConfig.from_dict(_old_style(base, {"task": "custom", "kind": "token", "max_length": 32, "kg": None,
+                                                  "custom": {}})).head.finetune
+    assert tok.custom is None and tok.kind == "token" and tok.max_length == 32
+
+
+def test_an_old_finetuned_directory_evaluates_with_its_recorded_length(tmp_path):
+    from bertfam.runners.finetune import _load_finetuned, task_from_config
+
+    m = build_model(preset("bert-tiny", vocab_size=Tokenizer.from_vocab(ZH_VOCAB).vocab_size,
+                           head=HeadConfig(task="classification", labels=["0", "1"])), seed=0)
+    m.save_pretrained(str(tmp_path), tokenizer=Tokenizer.from_vocab(ZH_VOCAB))
+    cpath = tmp_path / "config.json"
+    cpath.write_text(json.dumps(_old_style(m.config, {"task": "sst2", "kind": "single", "max_length": 40,
+                                                      "kg": None})))
+    model, spec, builder = _load_finetuned(str(tmp_path), None, None, None)
+    assert spec.name == "sst2" and task_from_config(model.config).name == "sst2" and builder.max_length == 40
+
+
+def test_the_shipped_model_has_the_new_layout_and_its_old_values():
+    d = json.load(open(f"{SHIPPED}/config.json"))
+    assert "extra" not in d["head"]
+    cfg = bertfam.from_pretrained(SHIPPED).config
+    # the values the old head.extra held (thresholds tuned by recipes/mrc_checklist_eval.py --tune-demo-half)
+    assert cfg.head.mrc == MRCSettings(max_length=256, doc_stride=128, max_answer_length=48, use_title=True,
+                                       null_threshold=2.545670463012695, answerable_threshold=0.9)
+    info = read_training_info(SHIPPED)
+    assert info["tuned_dev_f1"] == 53.33 and len(info["demo_seen_qids"]) == 50 and cfg.head.info == info
+
+
+def test_an_old_copy_of_the_shipped_model_reads_the_same(tmp_path):
+    """The shipped model's config.json as it was before (head.extra), without training_info.json: the same
+    typed settings and the same info, now read from the old extra."""
+    old = tmp_path / "old"
+    shutil.copytree(SHIPPED, old, ignore=shutil.ignore_patterns("model.safetensors", TRAINING_INFO_FILE))
+    from bertfam.checkpoint import load_config
+
+    new = load_config(SHIPPED)[0]
+    d = new.to_dict()
+    (old / "config.json").write_text(json.dumps(_old_style(new, {**dataclasses.asdict(new.head.mrc),
+                                                                **read_training_info(SHIPPED)})))
+    back = load_config(str(old))[0]
+    assert back == new and back.head.info == new.head.info and back.to_dict() == d
+
+
+# ------------------------------------------------------------------ one default each
+def test_mrc_defaults_are_defined_once():
+    from bertfam.commands import mrc as mrc_cmd
+    from bertfam.tasks import mrc
+
+    m = build_model(_span_cfg(), seed=0)  # saved without settings (e.g. a Hugging Face import)
+    m.tokenizer = Tokenizer.from_vocab(ZH_VOCAB)
+    assert m.config.head.mrc is None
+    p = mrc.MRCPredictor(m)
+    D = MRCSettings()
+    assert (p.doc_stride, p.max_answer_length, p.n_best, p.max_query_length, p.use_title, p.null_threshold,
+            p.answerable_threshold) == (D.doc_stride, D.max_answer_length, D.n_best, D.max_query_length,
+                                        D.use_title, D.null_threshold, D.answerable_threshold)
+    assert p.max_length == min(D.max_length, 128)  # clamped to the model's positions
+    sig = inspect.signature(mrc.train_mrc).parameters
+    assert (sig["max_length"].default, sig["doc_stride"].default, sig["max_query_length"].default) == \
+        (D.max_length, D.doc_stride, D.max_query_length)
+    assert all(v.default is None for k, v in inspect.signature(mrc.MRCPredictor).parameters.items()
+               if k not in ("model", "tokenizer", "batch_size"))
+    # no second literal of a default in the modules that use them
+    import importlib
+
+    subs = [importlib.import_module(f"bertfam.tasks.mrc.{n}") for n in
+            ("predictor", "decoding", "ensemble", "thresholds", "training", "scoring")]
+    for mod in (*subs, mrc_cmd, bertfam.tasks.pipelines):
+        src = inspect.getsource(mod)
+        assert "384" not in src and "get(\"max_length\"" not in src, mod.__name__
+
+
+def test_mrc_pipeline_uses_the_models_windows_else_the_defaults():
+    m = build_model(_span_cfg(), seed=0)
+    m.tokenizer = Tokenizer.from_vocab(ZH_VOCAB)
+    pipe = bertfam.pipeline("mrc", m)
+    assert (pipe.inner.max_length, pipe.inner.doc_stride) == (128, min(MRCSettings.doc_stride, 64))
+    m.config.head.mrc = MRCSettings(max_length=96, doc_stride=32)
+    pipe = bertfam.pipeline("mrc", m)
+    assert (pipe.inner.max_length, pipe.inner.doc_stride) == (96, 32)
+
+
+def test_finetune_defaults_are_defined_once():
+    from bertfam.cli import build_parser
+    from bertfam.runners.finetune import FinetuneOptions
+    from bertfam.tasks.features import FeatureBuilder
+
+    assert FinetuneOptions().max_length == FinetuneSettings.max_length == 128
+    assert inspect.signature(FeatureBuilder).parameters["max_length"].default == FinetuneSettings.max_length
+    args = build_parser().parse_args(["finetune", "--task", "sst2", "--model", "m", "--train", "t", "--out", "o"])
+    args.func.merge(args)  # the command line's defaults come in with the run file's values
+    assert args.max_length == FinetuneSettings.max_length
+
+
+# ------------------------------------------------------------------ types
+@pytest.mark.parametrize("field,value", [("max_length", "256"), ("doc_stride", 1.5), ("use_title", 1),
+                                         ("null_threshold", "2.5"), ("answerable_threshold", True),
+                                         ("max_answer_length", None)])
+def test_a_bad_type_in_mrc_settings_names_the_field(tmp_path, field, value):
+    d = _span_cfg(mrc=MRCSettings()).to_dict()
+    d["head"]["mrc"][field] = value
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match=rf"{p}: head\.mrc\.{field} must be"):
+        ModelConfig.load(str(p))
+
+
+def test_bad_settings_values_and_keys():
+    with pytest.raises(ConfigError, match=r"head\.mrc\.answerable_threshold must be a probability"):
+        MRCSettings(answerable_threshold=1.5)
+    with pytest.raises(ConfigError, match=r"head\.mrc\.max_length must be a positive integer"):
+        MRCSettings(max_length=0)
+    with pytest.raises(ConfigError, match=r"head\.mrc: unknown field\(s\) window"):
+        HeadConfig(task="span", mrc={"window": 3})
+    with pytest.raises(ConfigError, match=r"head\.finetune\.kg\[0\] must be a string"):
+        FinetuneSettings(task="x", kg=[3])
+    with pytest.raises(ConfigError, match=r"head\.finetune\.custom\.header must be true or false"):
+        HeadConfig(finetune={"task": "custom", "custom": {"header": "yes"}})
+    with pytest.raises(ConfigError, match=r"head\.mrc\.max_length must be an integer.*old head\.extra"):
+        ModelConfig.from_dict(_old_style(_span_cfg(), {"max_length": "256"}))
+    # ints are numbers: a JSON threshold written as 1 is 1.0
+    assert MRCSettings(null_threshold=1).null_threshold == 1.0
+
+
+# ------------------------------------------------------------------ training_info.json
+def test_training_info_is_written_beside_config_and_not_into_it(tmp_path):
+    m = build_model(_span_cfg(mrc=MRCSettings(max_length=64)), seed=0)
+    m.config.head.info = {"demo_seen_qids": ["q1"], "note": "tuned on dev"}
+    m.save_pretrained(str(tmp_path))
+    assert "note" not in (tmp_path / "config.json").read_text()
+    assert json.load(open(tmp_path / TRAINING_INFO_FILE)) == {"demo_seen_qids": ["q1"], "note": "tuned on dev"}
+    back = bertfam.from_pretrained(str(tmp_path))
+    assert back.config.head.info == m.config.head.info and back.config.head.mrc.max_length == 64
+    # a model saved without info over that directory does not inherit it
+    m.config.head.info = {}
+    m.save_pretrained(str(tmp_path))
+    assert not (tmp_path / TRAINING_INFO_FILE).exists()
+    assert bertfam.from_pretrained(str(tmp_path)).config.head.info == {}
+
+
+def test_info_does_not_make_configs_differ():
+    a, b = _span_cfg(), _span_cfg()
+    b.head.info = {"x": 1}
+    assert a == b
