@@ -15,8 +15,8 @@ from .conftest import FIXTURES, ROOT
 GLUE = os.path.join(FIXTURES, "finetune", "glue")
 
 
-def _shared_layout(root):
-    """The folder layout of ../shared/data/glue, made of the fixtures."""
+def _source_layout(root):
+    """The folder layout the recipe reads (GLUE task folders plus a re-split folder), made of the fixtures."""
     for task in ("SST-2", "CoLA", "STS-B", "MRPC"):
         shutil.copytree(os.path.join(GLUE, task), root / task)
     for task in ("RTE", "WNLI"):
@@ -27,7 +27,7 @@ def _shared_layout(root):
 
 
 def test_split_carves_a_seeded_dev_that_both_engines_read(tmp_path):
-    _shared_layout(tmp_path / "src")
+    _source_layout(tmp_path / "src")
     run = [sys.executable, os.path.join(ROOT, "recipes", "glue_split.py"), str(tmp_path / "src"), str(tmp_path / "out")]
     subprocess.run(run, check=True, capture_output=True)
     for task, name in (("sst2", "SST-2"), ("cola", "CoLA"), ("stsb", "STS-B"), ("mrpc", "MRPC")):
