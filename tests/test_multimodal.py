@@ -252,3 +252,17 @@ def test_match_collator_masks_every_text_but_predicts_only_matched(tmp_path):
     masked = b["input_ids"].eq(tok.mask_token_id).any(1)
     assert masked[mism].float().mean() > 0.5 and masked[~mism].float().mean() > 0.5  # no give-away
     assert not b["masked_positions"][mism].any() and b["masked_positions"][~mism].any(1).all()
+
+
+def test_multimodal_reheading_keeps_the_adapter_and_backbone(tmp_path):
+    """New labels on a multimodal classifier: a new head (checkpoint.fit_head, as for text models); the feature
+    adapter and the backbone are still the checkpoint's."""
+    m = build_multimodal(tiny("classification", num_labels=2, labels=["a", "b"]),
+                         MultimodalConfig(modality="image", feature_dim=12), seed=0)
+    m.save_pretrained(str(tmp_path / "m"))
+    r = load_multimodal(str(tmp_path / "m"), task="classification", labels=["x", "y", "z"], seed=1)
+    assert r.config.head.num_labels == 3
+    saved, now = m.state_dict(), r.state_dict()
+    kept = [k for k in saved if k.startswith(("adapter.", "backbone."))]
+    assert kept and all(torch.equal(saved[k], now[k]) for k in kept)
+    assert now["classifier.classifier.weight"].shape[0] == 3

@@ -112,6 +112,36 @@ def with_task(cfg: ModelConfig, task: Optional[str], head_kwargs: dict) -> tuple
 
 
 # ---------------------------------------------------------------------------- state
+def fit_head(model, sd: dict, source: str, saved_task: Optional[str], saved_labels: list, relabel: bool,
+             drop_mismatched: bool) -> bool:
+    """Leave out of `sd` the saved head weights that cannot serve the model's head, which is then initialised
+    anew (re-heading); True when any were left out. relabel: the caller asked for labels, and those differ
+    from the saved ones (names, count or order) on the same task: the whole saved head goes, its rows meant
+    other labels. drop_mismatched: head weights whose shape is not the model's go (a new head, or
+    ignore_mismatched_sizes). The backbone's weights always stay: a mismatch there is load_state's error."""
+    head = model.config.head
+    parts = tuple(f"{name}." for name in (model.head.parts if model.head is not None else {}))
+    if relabel and head.task == saved_task and saved_labels and list(head.labels) != list(saved_labels):
+        keys = [k for k in sd if k.startswith(parts)]
+        log.warning("%s: labels %s replace the checkpoint's %s: its %s head (%d tensors) is not loaded, a new one "
+                    "is initialised", source, _short(head.labels), _short(saved_labels), saved_task, len(keys))
+    elif drop_mismatched:
+        own = model.state_dict()
+        keys = [k for k in sd if k.startswith(parts) and k in own and tuple(sd[k].shape) != tuple(own[k].shape)]
+        for k in keys:
+            log.warning("%s: %s has shape %s, the new head needs %s: initialised anew", source, k,
+                        tuple(sd[k].shape), tuple(own[k].shape))
+    else:
+        return False
+    for k in keys:
+        del sd[k]
+    return bool(keys)
+
+
+def _short(labels: list) -> str:
+    return "[" + ", ".join(map(str, labels[:5])) + (", ..." if len(labels) > 5 else "") + "]"
+
+
 def load_state(model, sd: dict, source: str, allow_missing_head: bool, seed: int = 0) -> None:
     """Load sd into model (a TaskModel or subclass; consuming sd). A model on the meta device takes the
     tensors themselves (cast to the model's dtype); its parameters missing from sd are then allocated and

@@ -8,8 +8,8 @@ from typing import Optional
 
 import torch
 
-from ..checkpoint import (CONFIG_FILE, from_pretrained, load_config, load_state, read_tokenizer, read_weights,
-                          with_task)
+from ..checkpoint import (CONFIG_FILE, fit_head, from_pretrained, load_config, load_state, read_tokenizer,
+                          read_weights, with_task)
 from ..config import read_json
 from ..errors import CheckpointError
 from .codebook import Codebook
@@ -30,11 +30,12 @@ def load_multimodal(path: str, task: Optional[str] = None, *, seed: int = 0, **h
         raise CheckpointError(f"{path}: no {CONFIG_NAME} (not a multimodal model directory; to start from a text "
                               "checkpoint use init_from_text)")
     cfg, _ = load_config(path)
-    saved_task = cfg.head.task
+    saved_task, saved_labels = cfg.head.task, list(cfg.head.labels)
     cfg, head_new = with_task(cfg, task, head_kwargs)
     model = MultimodalModel(cfg, mm).init_weights(seed)
     sd, wpath = read_weights(path)
-    load_state(model, sd, wpath, allow_missing_head=head_new or saved_task != cfg.head.task)
+    refit = fit_head(model, sd, wpath, saved_task, saved_labels, "labels" in head_kwargs, head_new)
+    load_state(model, sd, wpath, allow_missing_head=head_new or refit or saved_task != cfg.head.task)
     model.tokenizer = read_tokenizer(path, cfg)
     if os.path.isfile(os.path.join(path, CODEBOOK_NAME)):
         model.codebook = Codebook.load(os.path.join(path, CODEBOOK_NAME))
