@@ -14,7 +14,8 @@ import sys
 from .errors import BertfamError
 
 # order = order in `bertfam --help`
-COMMAND_MODULES = ["core", "pretrain", "finetune", "mrc", "distill", "kbert", "serve", "export", "multimodal"]
+COMMAND_MODULES = ["core", "pretrain", "finetune", "mrc", "distill", "kbert", "serve", "export", "quantize",
+                   "multimodal"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -154,6 +154,33 @@ class FinetuneSettings(TypedSettings):
         self.need(self.max_length > 0, "max_length", "a positive integer")
 
 
+INT8_MODULES = ("attn.qkv", "attn.out", "ffn_in", "ffn_out", "embeddings.word")  # what an int8 model quantizes
+
+
+@dataclass
+class QuantizationConfig(TypedSettings):
+    """An int8 checkpoint's record (`quantization` in config.json; absent in a float checkpoint). It builds the
+    model: from_pretrained applies the same int8 swap (`modeling/int8.py`) before it loads the tensors, so the
+    int8 weights land in int8 modules. `bertfam quantize` writes it.
+
+    modules: every encoder layer's fused QKV, attention output, FFN in and FFN out projections, and the word
+    embeddings ("embeddings.word": int8 rows, which the tied MLM decoder then multiplies with in int8 too).
+    Everything else (positions, token types, LayerNorms, biases, pooler, heads) stays float32."""
+
+    WHERE = "quantization"
+
+    method: str = "dynamic-int8"  # weights int8 on disk; activations quantized per batch at run time
+    weights: str = "per-channel symmetric"  # one scale per output channel / row: max|w| / 127, zero point 0
+    modules: list[str] = field(default_factory=lambda: list(INT8_MODULES))
+
+    def check(self) -> None:
+        self.need(self.method == "dynamic-int8", "method", "'dynamic-int8'")
+        self.need(self.weights == "per-channel symmetric", "weights", "'per-channel symmetric'")
+        unknown = [m for m in self.modules if m not in INT8_MODULES]
+        self.need(bool(self.modules) and not unknown, "modules",
+                  f"a non-empty list of {', '.join(INT8_MODULES)}")
+
+
 @dataclass
 class HeadConfig:
     """What sits on top of the backbone. Saved inside config.json under "head"; `info` is saved apart, in
@@ -274,10 +301,13 @@ class ModelConfig:
     use_task_id: bool = False  # ERNIE 3.0 task-type embeddings
     task_type_vocab_size: int = 3
     head: HeadConfig = field(default_factory=HeadConfig)
+    quantization: Optional[QuantizationConfig] = None  # an int8 checkpoint's record; None: float weights
 
     def __post_init__(self) -> None:
         if isinstance(self.head, dict):
             self.head = HeadConfig.from_dict(self.head, "head")
+        if self.quantization is not None:
+            self.quantization = QuantizationConfig.from_dict(self.quantization)
         self.validate()
 
     # ---------------------------------------------------------------- derived
@@ -324,6 +354,8 @@ class ModelConfig:
         """config.json's mapping (head.info is not in it: `save` writes it to training_info.json)."""
         d = dataclasses.asdict(self)
         d["head"].pop("info", None)
+        if d["quantization"] is None:  # a float checkpoint's config.json is as before
+            del d["quantization"]
         d["bertfam_config_version"] = 1
         return d
 
@@ -336,8 +368,8 @@ class ModelConfig:
         except TypeError as e:  # wrong value types that dataclass construction rejects
             raise ConfigError(f"{source}: {e}") from None
         except ConfigError as e:
-            msg = str(e)  # a head field's error names the field: say which file too
-            if not msg.startswith("head"):
+            msg = str(e)  # a head or quantization field's error names the field: say which file too
+            if not msg.startswith(("head", "quantization")):
                 raise
             raise ConfigError(f"{source}: {msg}") from None
 

@@ -7,5 +7,5 @@
 Writing is the model's own `save_pretrained` (config.json + model.safetensors + tokenizer files).
 """
 from .io import (CONFIG_FILE, TOKENIZER_FILES, config_from_dict, fit_head, is_native, load_config,  # noqa: F401
-                 load_state, materialise, read_tokenizer, read_weights, resolve_config, with_task)
+                 load_state, materialise, read_tokenizer, read_weights, resolve_config, weights_file, with_task)
 from .loading import from_pretrained  # noqa: F401

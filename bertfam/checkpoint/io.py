@@ -1,6 +1,6 @@
 """Checkpoint I/O: what a model directory holds, read without building a model.
 
-- `read_weights(dir)`: the tensors (model.safetensors, else pytorch_model.bin);
+- `read_weights(dir)`: the tensors (model.safetensors, else pytorch_model.bin; `weights_file` names it);
 - `load_config(dir)` / `resolve_config(spec)`: the ModelConfig of a directory, a config JSON (bertfam or
   Hugging Face) or a preset name;
 - `with_task(cfg, task, head_kwargs)`: that config with the head a caller asks for;
@@ -31,6 +31,14 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
 
 
 # ---------------------------------------------------------------------------- weights
+def weights_file(path: str) -> Optional[str]:
+    """The weights file `read_weights` reads in a checkpoint directory (None when it has none)."""
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if os.path.isfile(os.path.join(path, name)):
+            return os.path.join(path, name)
+    return None
+
+
 def read_weights(path: str) -> tuple[dict, str]:
     """Tensors of a checkpoint directory: model.safetensors, else pytorch_model.bin. Returns (state dict,
     the file read)."""
@@ -55,8 +63,9 @@ def read_weights(path: str) -> tuple[dict, str]:
 
 # ---------------------------------------------------------------------------- configs
 def is_native(d: dict) -> bool:
-    """A config.json that bertfam wrote (else a Hugging Face one)."""
-    return "bertfam_config_version" in d
+    """A config.json that bertfam wrote, or a hand-written one in bertfam's field names ("family" where
+    Hugging Face has "model_type"); else a Hugging Face one."""
+    return "bertfam_config_version" in d or ("family" in d and "model_type" not in d)
 
 
 def config_from_dict(d: dict, source: str) -> ModelConfig:
@@ -154,14 +163,19 @@ def load_state(model, sd: dict, source: str, allow_missing_head: bool, seed: int
                                       f"{own[k].shape[0]} but the weights hold {v.shape[0]} embeddings")
             raise CheckpointError(f"{source}: weight {k} has shape {tuple(v.shape)} but config.json implies "
                                   f"{tuple(own[k].shape)}")
+        # floats convert into each other (a float16 file loads as float32); int8 weights must be int8
+        if k in own and own[k].dtype != v.dtype and not (own[k].is_floating_point() and v.is_floating_point()):
+            raise CheckpointError(f"{source}: weight {k} has dtype {str(v.dtype).replace('torch.', '')} but "
+                                  f"config.json implies {str(own[k].dtype).replace('torch.', '')}")
     missing = [k for k in own if k not in sd]
     backbone_missing = [k for k in missing if k.startswith("backbone.") and not k.startswith("backbone.pooler.")]
     if backbone_missing:
-        raise CheckpointError(f"{source}: missing weight {backbone_missing[0]} "
-                              f"({len(backbone_missing)} backbone weights missing)")
+        first = backbone_missing[0]
+        raise CheckpointError(f"{source}: missing weight {first} ({len(backbone_missing)} backbone weights "
+                              f"missing){_int8_hint(first, sd)}")
     if missing:
         if not allow_missing_head:
-            raise CheckpointError(f"{source}: missing head weight {missing[0]}")
+            raise CheckpointError(f"{source}: missing head weight {missing[0]}{_int8_hint(missing[0], sd)}")
         log.info("%s: new %s head initialised randomly (%d tensors)", source, model.task, len(missing))
     unexpected = [k for k in sd if k not in own]
     if unexpected:
@@ -177,6 +191,18 @@ def load_state(model, sd: dict, source: str, allow_missing_head: bool, seed: int
         model.load_state_dict(keep, strict=False, assign=meta)
     if meta:
         materialise(model, seed)
+
+
+def _int8_hint(key: str, sd: dict) -> str:
+    """Why a weight may be missing: the file and config.json disagree on int8 quantization."""
+    base, _, name = key.rpartition(".")
+    if name in ("weight_int8", "weight_scale") and f"{base}.weight" in sd:
+        return (f"; the file holds the float {base}.weight but config.json records int8 quantization "
+                "(a float checkpoint under an int8 config.json?)")
+    if name == "weight" and f"{base}.weight_int8" in sd:
+        return (f"; the file holds the int8 {base}.weight_int8 but config.json has no quantization record for it "
+                "(an int8 checkpoint under a float config.json?)")
+    return ""
 
 
 def materialise(model, seed: int) -> None:

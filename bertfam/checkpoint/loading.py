@@ -8,6 +8,7 @@ import torch
 
 from .io import fit_head, load_config, load_state, read_tokenizer, read_weights, with_task
 from ..convert.hf import state_from_hf
+from ..modeling.int8 import quantize_int8
 from ..modeling.model import TaskModel
 
 
@@ -25,6 +26,11 @@ def from_pretrained(path: str, task: Optional[str] = None, *, load_tokenizer: bo
     give a new head for them; the saved head is not loaded (its rows meant other labels), the backbone
     is. ignore_mismatched_sizes=True does the same for any head weight whose shape differs from the
     config's (as transformers' option); without it such a weight is a CheckpointError.
+
+    An int8 checkpoint (config.json's `quantization`, written by `bertfam quantize`) loads straight into the
+    int8 modules (modeling/int8.py): inference only, CPU only. Its tensors are checked against the record:
+    a missing int8 tensor, one of another dtype or shape, or float weights under an int8 config.json are a
+    CheckpointError naming the file and the tensor.
     """
     cfg, native = load_config(path)
     saved_task, saved_labels = cfg.head.task, list(cfg.head.labels)
@@ -33,6 +39,8 @@ def from_pretrained(path: str, task: Optional[str] = None, *, load_tokenizer: bo
     # of the weights), and only what the checkpoint lacks (a new head) is allocated and initialised.
     with torch.device("meta"):
         model = TaskModel(cfg)
+        if cfg.quantization is not None:  # an int8 checkpoint: int8 modules first, so its int8 tensors land in them
+            quantize_int8(model, cfg.quantization.modules)
     sd, wpath = read_weights(path)
     if not native:
         sd, _ = state_from_hf(cfg, sd, wpath, consume=True)

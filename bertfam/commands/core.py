@@ -35,6 +35,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("demo", help="run the demo on the shipped (or a given) model")
     p.add_argument("--model", default=None, help="model directory (default: the shipped model)")
+    p.add_argument("--int8", action="store_true", help="run the model in int8 (quantized weights and activations)")
     p.set_defaults(func=_demo)
 
 
@@ -55,9 +56,12 @@ def describe_checkpoint(path: str) -> str:
     lines = [f"path: {path}", f"family: {cfg.family}", f"head: {cfg.head.task or 'none (backbone)'}"]
     if cfg.head.task in ("classification", "token"):
         lines.append(f"labels: {cfg.head.num_labels} {cfg.head.labels[:20]}")
+    q = cfg.quantization
+    lines.append(f"weights: int8 ({q.method}, {q.weights} int8 weights, float32 activations quantized per batch; "
+                 f"modules {', '.join(q.modules)}; CPU inference only)" if q else "weights: float")
     lines.append("config:")
     for f in dataclasses.fields(cfg):
-        if f.name != "head":
+        if f.name not in ("head", "quantization"):
             lines.append(f"  {f.name}: {getattr(cfg, f.name)}")
     lines.append("parameters:")
     for k in ("total", "embeddings", "encoder", "pooler", "heads"):
@@ -103,5 +107,5 @@ def _vocab_train(args) -> int:
 def _demo(args) -> int:
     from ..runners.demo import run
 
-    run(args.model)
+    run(args.model, int8=args.int8)
     return 0

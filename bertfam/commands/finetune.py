@@ -7,6 +7,7 @@ from .common import (add_checkpoint_args, add_optimization_args, add_run_config,
                      int_range, non_negative_float, non_negative_int, open_fraction, positive_int, set_threads,
                      train_config)
 
+INT8_HELP = "run the model in int8 (quantized weights and activations; an int8 checkpoint needs no flag)"
 TASK_HELP = ("sst2, cola, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, tnews, iflytek, afqmc, ocnli, cmnli, "
              "csl, cluewsc, eprstmt, bustm, csldcp, cluener, msra, peoples_daily, resume, medical_ner, ner, "
              "chnsenticorp, book_review, shopping, or custom")
@@ -66,6 +67,7 @@ def register(sub) -> None:
     p.add_argument("--max-length", type=positive_int, default=None,
                    help="default: the length the model was fine-tuned with; more than the model's positions is "
                         "clamped to them with a warning (as in embed)")
+    p.add_argument("--int8", action="store_true", help=INT8_HELP)
     p.set_defaults(func=_evaluate)
 
     p = sub.add_parser("predict", help="predict a file; GLUE tasks write the submission TASK.tsv")
@@ -78,6 +80,7 @@ def register(sub) -> None:
     p.add_argument("--max-length", type=positive_int, default=None,
                    help="default: the length the model was fine-tuned with; more than the model's positions is "
                         "clamped to them with a warning (as in embed)")
+    p.add_argument("--int8", action="store_true", help=INT8_HELP)
     p.set_defaults(func=_predict)
 
     p = sub.add_parser("glue", help="fine-tune + evaluate every GLUE task found in a directory")
@@ -102,6 +105,7 @@ def register(sub) -> None:
     p.add_argument("--max-length", type=positive_int, default=128,
                    help="more than the model's positions is clamped to them with a warning")
     p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--int8", action="store_true", help=INT8_HELP)
     p.set_defaults(func=_embed)
 
 
@@ -155,7 +159,7 @@ def _evaluate(args) -> int:
     from ..runners.finetune import evaluate
 
     r = evaluate(args.model, args.data, args.task, args.out, _csv(args.kg), max_length=args.max_length,
-                 batch_size=args.batch_size)
+                 batch_size=args.batch_size, int8=args.int8)
     _print_result(r)
     return 0
 
@@ -164,7 +168,7 @@ def _predict(args) -> int:
     from ..runners.finetune import predict
 
     path = predict(args.model, args.data, args.out, args.task, _csv(args.kg), max_length=args.max_length,
-                   batch_size=args.batch_size)
+                   batch_size=args.batch_size, int8=args.int8)
     print(f"wrote {path}")
     return 0
 
@@ -192,6 +196,6 @@ def _embed(args) -> int:
         raise ConfigError(f"--layers: expected comma-separated integers, got {args.layers!r}") from None
     for path in embed_file(args.model, args.input, args.out, layers=layers,
                            pooling=_csv(args.pooling), tokens=args.tokens, max_length=args.max_length,
-                           batch_size=args.batch_size):
+                           batch_size=args.batch_size, int8=args.int8):
         print(f"wrote {path}")
     return 0

@@ -109,11 +109,15 @@ def _decode_args(p) -> None:
     p.add_argument("--n-best", type=positive_int, default=None,
                    help=f"candidate spans per question (default: the model's setting, else {D.n_best})")
     p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--int8", action="store_true",
+                   help="run the model(s) in int8 (quantized weights and activations; an int8 checkpoint needs "
+                        "no flag)")
 
 
 def _predictor_kw(args) -> dict:
     return dict(max_length=args.max_length, doc_stride=args.doc_stride, max_answer_length=args.max_answer_length,
-                n_best=args.n_best, batch_size=args.batch_size, max_query_length=args.max_query_length)
+                n_best=args.n_best, batch_size=args.batch_size, max_query_length=args.max_query_length,
+                int8=args.int8)
 
 
 def _print_reports(reports) -> None:

@@ -32,6 +32,8 @@ def register(sub) -> None:
     p.add_argument("--mrc-doc-stride", type=non_negative_int, default=None,
                    help="MRC window overlap (default: the model's)")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--int8", action="store_true",
+                   help="run the models in int8 (quantized weights and activations; an int8 checkpoint needs no flag)")
     p.set_defaults(func=_serve)
 
 
@@ -56,12 +58,12 @@ def _serve(args) -> int:
                     max_passage_chars=args.max_passage_chars, timeout_s=args.timeout, max_batch=args.max_batch,
                     batch_wait_ms=args.batch_wait_ms, max_queue=args.max_queue)
     _check_port(args.host, args.port)
-    service = Service.from_dirs(args.model, limits, mrc_max_length=args.mrc_max_length,
+    service = Service.from_dirs(args.model, limits, int8=args.int8, mrc_max_length=args.mrc_max_length,
                                 mrc_doc_stride=args.mrc_doc_stride)
     app = create_app(service)
     logging.getLogger("bertfam").setLevel(logging.INFO)
     for m in service.models:
-        print(f"bertfam serve: {m['name']} ({m['task'] or 'encoder'}) -> "
+        print(f"bertfam serve: {m['name']} ({m['task'] or 'encoder'}{', int8' if m['int8'] else ''}) -> "
               f"{', '.join('/v1/' + e for e in m['endpoints']) or 'nothing (another model serves its task)'}")
     print(f"bertfam serve: page http://{args.host}:{args.port}/  API docs http://{args.host}:{args.port}/docs")
     try:

@@ -288,6 +288,8 @@ def export_hf(model, out_dir: str) -> None:
     from ..utils import atomic_write, atomic_write_text
 
     cfg = model.config
+    if cfg.quantization is not None:
+        raise ConfigError("convert --to hf: the model is int8 (bertfam's own format); convert its float original")
     if cfg.head.task == "span" and cfg.head.answerability:
         log.warning("the answerability classifier has no Hugging Face equivalent and is not exported")
     d = config_to_hf(cfg)

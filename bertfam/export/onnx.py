@@ -3,11 +3,17 @@
 `export_onnx(model, path)` traces the model with `torch.onnx.export(..., dynamo=True)` (torch.export +
 onnxscript), writes the file atomically and stores the bertfam config (head, labels) in the ONNX metadata
 so a runtime can map outputs back to labels. `verify_onnx` runs onnxruntime against PyTorch.
+
+`int8=True` then quantizes the exported float graph with onnxruntime's own dynamic quantization
+(`quantize_dynamic`: int8 weights per channel, activations quantized per batch at run time), the ONNX
+counterpart of modeling/int8.py; a bertfam int8 model itself is not traced (its quantized kernels have no
+ONNX form), so export the float checkpoint with int8=True instead.
 """
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from typing import Optional
 
@@ -93,8 +99,14 @@ def example_inputs(model: TaskModel, batch: int, length: int, seed: int = 0) -> 
     return out
 
 
-def export_onnx(model: TaskModel, path: str, opset: Optional[int] = None) -> dict:
-    """Write `model` as ONNX to `path`. Returns {"inputs", "outputs", "task"}."""
+def export_onnx(model: TaskModel, path: str, opset: Optional[int] = None, int8: bool = False) -> dict:
+    """Write `model` as ONNX to `path` (int8: then quantized by onnxruntime, see above). Returns {"inputs",
+    "outputs", "task", "int8"}."""
+    from ..modeling.int8 import is_int8
+
+    if is_int8(model):
+        raise ConfigError("export: the model is int8 (bertfam's quantized kernels have no ONNX form); export its "
+                          "float checkpoint with --int8 instead")
     model = model.eval()
     n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     if n_bytes > _MAX_PROTO_BYTES:
@@ -110,8 +122,35 @@ def export_onnx(model: TaskModel, path: str, opset: Optional[int] = None) -> dic
     with _quiet(), torch.no_grad():
         program = torch.onnx.export(graph, tuple(example[n] for n in inputs), dynamo=True, dynamic_shapes=dynamic,
                                     input_names=inputs, output_names=outputs, verbose=False, **kw)
-    _write(program, path, model, outputs)
-    return {"inputs": inputs, "outputs": outputs, "task": model.task}
+    if not int8:
+        _write(program, path, model, outputs)
+    else:
+        import tempfile
+
+        where = os.path.dirname(os.path.abspath(path))  # beside the output: the float graph may be large
+        os.makedirs(where, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".bertfam-onnx-", dir=where) as d:
+            plain = os.path.join(d, "float.onnx")
+            _write(program, plain, model, outputs)
+            quantize_onnx(plain, path)
+    return {"inputs": inputs, "outputs": outputs, "task": model.task, "int8": int8}
+
+
+def quantize_onnx(src: str, path: str) -> None:
+    """onnxruntime's dynamic int8 quantization of the ONNX file `src` into `path` (atomically): weights int8
+    per channel (QInt8), activations quantized per batch; the metadata (bertfam config) is kept."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with atomic_path(path) as tmp, _quiet(root=True):
+        quantize_dynamic(src, tmp, weight_type=QuantType.QInt8, per_channel=True)
+        proto = onnx.load(tmp)
+        have = {p.key for p in proto.metadata_props}
+        for p in onnx.load(src, load_external_data=False).metadata_props:
+            if p.key not in have:
+                proto.metadata_props.add(key=p.key, value=p.value)
+        proto.metadata_props.add(key="bertfam_quantization", value="onnxruntime dynamic int8, per-channel QInt8")
+        onnx.save(proto, tmp)
 
 
 def _write(program, path: str, model: TaskModel, outputs: list[str]) -> None:
@@ -130,8 +169,13 @@ def _write(program, path: str, model: TaskModel, outputs: list[str]) -> None:
 class _quiet:
     """torch.onnx logs a warning per missing optional op library (torchvision); keep the CLI output clean."""
 
+    def __init__(self, root: bool = False):
+        self.root = root  # onnxruntime.quantization logs its advice to pre-process the graph on the root logger
+
     def __enter__(self):
         self.loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
+        if self.root:
+            self.loggers.append(logging.getLogger())
         self.levels = [lg.level for lg in self.loggers]
         for lg in self.loggers:
             lg.setLevel(logging.ERROR)
@@ -159,12 +203,15 @@ def onnx_session(path: str, threads: Optional[int] = None):
     return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
-def verify_onnx(path: str, model: TaskModel, shapes=((1, 5), (3, 17)), session=None) -> dict[str, float]:
-    """Largest |onnxruntime - PyTorch| per output over random inputs of several (batch, length) shapes."""
+def verify_onnx(path: str, model: TaskModel, shapes=((1, 5), (3, 17)), session=None,
+                relative: bool = False) -> dict[str, float]:
+    """Largest |onnxruntime - PyTorch| per output over random inputs of several (batch, length) shapes;
+    relative: divided by the largest |PyTorch| of that output (how an int8 graph is judged)."""
     sess = session or onnx_session(path)
     names = [o.name for o in sess.get_outputs()]
     inputs = [i.name for i in sess.get_inputs()]
     worst = {n: 0.0 for n in names}
+    scale = {n: 0.0 for n in names}
     model = model.eval()
     for i, (b, t) in enumerate(shapes):
         feed = example_inputs(model, b, min(t, max_length(model)), seed=i + 1)
@@ -174,7 +221,10 @@ def verify_onnx(path: str, model: TaskModel, shapes=((1, 5), (3, 17)), session=N
         real = feed["attention_mask"].bool()  # (B, T)
         for n, g in zip(names, got):
             diff = (torch.from_numpy(g).float() - getattr(ref, n).float()).abs()
+            ref_n = getattr(ref, n).float().abs()
             if diff.dim() >= 2 and diff.shape[:2] == real.shape:
-                diff = diff[real]  # per-token outputs: padding positions carry no meaning
-            worst[n] = max(worst[n], float(diff.max()))
-    return worst
+                diff, ref_n = diff[real], ref_n[real]  # per-token outputs: padding positions carry no meaning
+            d = float(diff.max()) if diff.numel() else 0.0
+            worst[n] = max(worst[n], d if math.isfinite(d) else math.inf)  # NaN must not hide behind max()
+            scale[n] = max(scale[n], float(ref_n.max()))
+    return {n: worst[n] / max(scale[n], 1e-12) for n in names} if relative else worst

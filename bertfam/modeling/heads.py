@@ -35,8 +35,12 @@ class MLMPredictor(nn.Module):
         self.word = [word_embeddings]  # a list so the tied matrix is not registered twice
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        h = self.norm(self.act(self.dense(hidden)))  # (..., E)
-        return F.linear(h, self.word[0].weight, self.bias)  # (..., V)
+        return self.decode(self.norm(self.act(self.dense(hidden))))  # (..., E) -> (..., V)
+
+    def decode(self, h: torch.Tensor) -> torch.Tensor:
+        """The decoder tied to the word embeddings, + bias: (..., E) -> (..., V). int8.Int8MLMPredictor runs it
+        on int8 rows."""
+        return F.linear(h, self.word[0].weight, self.bias)
 
 
 class PairClassifier(nn.Module):

@@ -197,9 +197,14 @@ class TaskModel(nn.Module):
             tok.save_pretrained(path)
 
     def num_parameters(self) -> dict:
-        """Counts of unique parameters: total, embeddings, encoder (+ pooler), heads."""
+        """Counts of unique parameters: total, embeddings, encoder (+ pooler), heads. An int8 model's weights
+        are buffers (`weight_int8`, plus the int8 linears' biases; modeling/int8.py): counted as the float
+        parameters they replace, so an int8 model counts as its float original."""
         seen, counts = set(), {"total": 0, "embeddings": 0, "encoder": 0, "pooler": 0, "heads": 0}
-        for name, p in self.named_parameters():
+        buffers = dict(self.named_buffers())
+        int8 = [(n, b) for n, b in buffers.items() if n.endswith(".weight_int8")
+                or (n.endswith(".bias") and n[:-len("bias")] + "weight_int8" in buffers)]
+        for name, p in [*self.named_parameters(), *int8]:
             if id(p) in seen:
                 continue
             seen.add(id(p))

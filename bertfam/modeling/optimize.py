@@ -20,6 +20,14 @@ activation for the backward pass, so there is nothing to reuse; autocast picks e
 out= buffers would override; export / compile need the plain graph. Anything else runs the plain forward,
 so a swapped model can still be trained. The buffers of one forward live in a context variable, so
 concurrent forwards (serving threads) never share them.
+
+Int8 (`int8=True`): modeling/int8.py's swap first (the encoder layers' four projections and the word
+embeddings become int8 modules; inference only, not bit-identical: about 1-2 % relative error per
+projection), then the buffer reuse as above around them: `_linear_into` hands an Int8Linear its input and
+uses the tensor it returns (the quantized kernel has no out= form), the rest of the layer still reuses
+buffers. `restore_plain` refuses an int8 model: the float weights were rounded away, so there is nothing
+to restore (reload the float checkpoint); dequantizing silently would give a float model that is not the
+original.
 """
 from __future__ import annotations
 
@@ -32,6 +40,7 @@ from torch import nn
 
 from . import varlen
 from .encoder import Encoder, Layer
+from .int8 import Int8Linear, is_int8, quantize_int8
 from .layout import tracing
 from .varlen import Packed
 
@@ -40,17 +49,24 @@ _SCRATCH: contextvars.ContextVar[Optional["Scratch"]] = contextvars.ContextVar("
 
 
 def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = None, compile: bool = False,
-                           **compile_kwargs) -> nn.Module:
+                           int8: bool = False, **compile_kwargs) -> nn.Module:
     """Speed up prediction with `model` (a TaskModel, BertfamModel or anything holding encoders), in place;
-    returns it. Outputs stay those of the plain forward (bit for bit with buffer reuse).
+    returns it. Outputs stay those of the plain forward (bit for bit with buffer reuse), except with int8.
 
     reuse_buffers (default: on unless compile): the buffer-reusing layers described above.
     compile: torch.compile each layer's token-wise blocks (residual + LayerNorm, FFN; attention stays
     eager), dynamic shapes, `compile_kwargs` passed on. Off by default: the first call costs minutes on
     CPU (docs/benchmarks.md). The buffer path would bypass the compiled blocks, so compile excludes it.
-    Idempotent; a compiled model stays compiled. `restore_plain(model)` undoes both."""
+    int8: quantize first (modeling/int8.py: int8 weights, dynamic int8 activations; CPU, inference only,
+    outputs close to the float ones, not equal). int8=False never undoes an int8 model's quantization
+    (an int8 checkpoint stays int8). Excludes compile.
+    Idempotent; a compiled model stays compiled. `restore_plain(model)` undoes buffer reuse and compile."""
     if compile and reuse_buffers:
         raise ValueError("reuse_buffers and compile exclude each other: the buffer path bypasses the compiled blocks")
+    if compile and (int8 or is_int8(model)):
+        raise ValueError("int8 and compile exclude each other: torch.compile does not trace the quantized kernels")
+    if int8:
+        quantize_int8(model)
     reuse = (not compile) if reuse_buffers is None else reuse_buffers
     kw = dict(dynamic=True, **compile_kwargs)
     for enc in _encoders(model):
@@ -66,7 +82,11 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
 
 
 def restore_plain(model: nn.Module) -> nn.Module:
-    """Undo optimize_for_inference: plain layers, no compiled blocks. In place; returns model."""
+    """Undo optimize_for_inference: plain layers, no compiled blocks. In place; returns model. An int8 model
+    is refused (ValueError): its float weights are gone, reload the float checkpoint instead."""
+    if is_int8(model):
+        raise ValueError("restore_plain: the model is int8; its float weights were rounded away and cannot be "
+                         "restored (load the float checkpoint again)")
     for enc in _encoders(model):
         _swap(enc, plain=True)
         for layer in enc.layers:
@@ -178,8 +198,11 @@ class Scratch:
         return buf[:n].view(shape)
 
 
-def _linear_into(lin: nn.Linear, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """lin(x) written into `out` (the same addmm kernel F.linear uses for 2-D input). x: (M, K), out: (M, N)."""
+def _linear_into(lin: nn.Module, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """lin(x) written into `out` (the same addmm kernel F.linear uses for 2-D input). x: (M, K), out: (M, N).
+    An Int8Linear has no out= kernel: its own (M, N) result comes back instead (callers use the return value)."""
+    if isinstance(lin, Int8Linear):
+        return lin(x)
     if lin.bias is None:
         return torch.mm(x, lin.weight.t(), out=out)
     return torch.addmm(lin.bias, x, lin.weight.t(), out=out)

@@ -54,15 +54,15 @@ def demo_data_path() -> str:
     return os.path.join(PACKAGE_DIR, "resources", DEMO_DATA)
 
 
-def run(model_dir: Optional[str] = None, rows: int = 12, limit: Optional[int] = None) -> dict:
+def run(model_dir: Optional[str] = None, rows: int = 12, limit: Optional[int] = None, int8: bool = False) -> dict:
     """The MRC demo on `model_dir` (default: the shipped model); `limit` answers only the first N demo
-    questions (tests)."""
+    questions (tests); int8: run the model quantized (modeling/int8.py)."""
     if model_dir is None:
         model_dir = shipped_model_dir()
         if model_dir is None:
             print(f"no shipped model at models/{SHIPPED_MODEL}: showing the encoder demo instead")
-            return encoder_demo()
-    return mrc_demo(model_dir, rows, limit)
+            return encoder_demo(int8=int8)
+    return mrc_demo(model_dir, rows, limit, int8)
 
 
 # ----------------------------------------------------------------------------- the MRC demo
@@ -94,20 +94,22 @@ def demo_examples() -> tuple[list, list]:
     return demo, hand
 
 
-def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None) -> dict:
+def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None, int8: bool = False) -> dict:
     from ..evaluation.dureader import NO_ANSWER, Reference, evaluate, score_one
+    from ..modeling.int8 import is_int8
     from ..tasks.mrc import predictor_from_models, predict_examples
 
     t0 = time.perf_counter()
     model = load_mrc_model(model_dir)
-    predictor = predictor_from_models([model], [model_dir])
+    predictor = predictor_from_models([model], [model_dir], int8=int8)
+    kind = ", int8" if is_int8(model) else ""  # an int8 checkpoint is int8 without the flag
     demo, hand = demo_examples()
     demo = demo[:limit] if limit else demo
     preds, nbest, qps = predict_examples(predictor, hand + demo)
     refs = OrderedDict((ex.qid, Reference(ex.answer_texts, ex.is_impossible, ex.qtype)) for ex in demo)
     n = model.num_parameters()["total"]
     print(f"model: {model_dir}\n  {model.config.family}, {model.config.num_hidden_layers} layers, hidden "
-          f"{model.config.hidden_size}, {n / 1e6:.1f}M parameters; no-answer thresholds: null "
+          f"{model.config.hidden_size}, {n / 1e6:.1f}M parameters{kind}; no-answer thresholds: null "
           f"{predictor.null_threshold:.2f}, P(answerable) {predictor.answerable_threshold:.2f}\n")
     _print_seed_example(demo, preds, NO_ANSWER)
     shown = hand + demo[: max(0, rows - len(hand))]
@@ -136,7 +138,8 @@ def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None) -> dic
         print(_score_table(result["held_out"]))
     print(f"\nspeed: {qps:.1f} questions/s ({len(hand) + len(demo)} questions, {torch.get_num_threads()} CPU "
           f"threads); whole demo {time.perf_counter() - t0:.0f} s")
-    print(f"\nserve the same model over HTTP:\n  bertfam serve --model {_rel(model_dir)} --port 8000\n"
+    flag = " --int8" if int8 else ""
+    print(f"\nserve the same model over HTTP:\n  bertfam serve --model {_rel(model_dir)}{flag} --port 8000\n"
           "  curl -s localhost:8000/v1/mrc -H 'content-type: application/json' -d '{\"question\": \"长江全长大约多少"
           "公里？\", \"passage\": \"长江全长约6300公里。\"}'")
     return {"model": model_dir, "questions_per_s": qps, **{k: v for k, v in result.items()}}
@@ -238,13 +241,14 @@ def tiny_random_dir(out: str) -> str:
     return out
 
 
-def encoder_demo(model_dir: Optional[str] = None) -> dict:
+def encoder_demo(model_dir: Optional[str] = None, int8: bool = False) -> dict:
     """Encode a Chinese and an English sentence (MiniLM if installed, else a tiny random model)."""
     from ..checkpoint import from_pretrained
+    from ..modeling.optimize import optimize_for_inference
 
     if model_dir is None:
         model_dir = minilm_dir() or tiny_random_dir(tempfile.mkdtemp(prefix="bertfam-demo-"))
-    model = from_pretrained(model_dir)
+    model = optimize_for_inference(from_pretrained(model_dir), int8=int8)
     tok = model.tokenizer
     sentences = ["我爱北京天安门，今天天气很好。", "The weather is nice today."]
     enc = tok(sentences, return_offsets_mapping=True)

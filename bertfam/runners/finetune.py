@@ -23,6 +23,7 @@ from ..checkpoint import from_pretrained, load_config, read_weights
 from ..config import CustomTaskSettings, FinetuneSettings, check_max_length, fit_max_length
 from ..data.labelled import Example
 from ..errors import ConfigError, DataError
+from ..modeling.optimize import optimize_for_inference
 from ..tasks.decoding import tags_to_spans
 from ..tasks.features import FeatureBuilder, collect_labels, gold, lengths, score
 from ..tasks.table import TaskSpec, custom_task, get_task
@@ -215,8 +216,9 @@ def _keep_best(model, out: str) -> bool:
 
 
 # ---------------------------------------------------------------------- evaluate / predict
-def _load_finetuned(model_dir: str, task: Optional[str], kg: Optional[Sequence[str]], max_length: Optional[int]):
-    model = from_pretrained(model_dir)
+def _load_finetuned(model_dir: str, task: Optional[str], kg: Optional[Sequence[str]], max_length: Optional[int],
+                    int8: bool = False):
+    model = optimize_for_inference(from_pretrained(model_dir), int8=int8)
     spec = get_task(task) if task else task_from_config(model.config)
     if model.task != spec.head:
         raise ConfigError(f"{model_dir}: has a {model.task!r} head, task {spec.name} needs {spec.head!r}")
@@ -229,8 +231,10 @@ def _load_finetuned(model_dir: str, task: Optional[str], kg: Optional[Sequence[s
 
 
 def evaluate(model_dir: str, data: str, task: Optional[str] = None, out: Optional[str] = None,
-             kg: Optional[Sequence[str]] = None, max_length: Optional[int] = None, batch_size: int = 64) -> dict:
-    model, spec, builder = _load_finetuned(model_dir, task, kg, max_length)
+             kg: Optional[Sequence[str]] = None, max_length: Optional[int] = None, batch_size: int = 64,
+             int8: bool = False) -> dict:
+    """Score a fine-tuned model on a labelled file. int8: run it quantized (modeling/int8.py)."""
+    model, spec, builder = _load_finetuned(model_dir, task, kg, max_length, int8)
     examples = spec.read(data)
     _need_labels(examples, spec, data)
     examples = _known_labels_only(examples, spec, builder.labels, data)
@@ -246,10 +250,12 @@ def evaluate(model_dir: str, data: str, task: Optional[str] = None, out: Optiona
 
 
 def predict(model_dir: str, data: str, out: str, task: Optional[str] = None,
-            kg: Optional[Sequence[str]] = None, max_length: Optional[int] = None, batch_size: int = 64) -> str:
+            kg: Optional[Sequence[str]] = None, max_length: Optional[int] = None, batch_size: int = 64,
+            int8: bool = False) -> str:
     """Predict labels for a (possibly unlabelled) file. GLUE tasks: `out/TASK.tsv` in the GLUE
-    submission format (`index\\tprediction`); others: out/predictions.tsv or .jsonl. Returns the path."""
-    model, spec, builder = _load_finetuned(model_dir, task, kg, max_length)
+    submission format (`index\\tprediction`); others: out/predictions.tsv or .jsonl. Returns the path.
+    int8: run the model quantized (modeling/int8.py)."""
+    model, spec, builder = _load_finetuned(model_dir, task, kg, max_length, int8)
     examples = spec.read(data)
     names = builder.label_names(builder.predict(model, builder.build(examples, with_labels=False), batch_size))
     os.makedirs(out, exist_ok=True)

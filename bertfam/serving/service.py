@@ -54,7 +54,8 @@ class Service:
         if not models:
             raise ConfigError("serve: give at least one --model")
         self.limits = (limits or Limits()).validate()
-        self.models = [{"name": n, "task": m.task, "endpoints": []} for n, m in models]
+        self.models = [{"name": n, "task": m.task, "int8": m.config.quantization is not None, "endpoints": []}
+                       for n, m in models]
         self.routes: dict[str, Route] = {}
         self._executors = []
         encoders = [i for i, (_, m) in enumerate(models) if m.task is None]
@@ -84,12 +85,16 @@ class Service:
         return Route(ep, name, pred, batcher)
 
     @classmethod
-    def from_dirs(cls, paths: Sequence[str], limits: Optional[Limits] = None, **kw) -> "Service":
+    def from_dirs(cls, paths: Sequence[str], limits: Optional[Limits] = None, int8: bool = False, **kw) -> "Service":
+        """int8: quantize each model for CPU inference (modeling/int8.py) before its pipelines take it."""
         from ..checkpoint import from_pretrained
+        from ..modeling.optimize import optimize_for_inference
 
         models, seen = [], set()
         for p in paths:
             model = from_pretrained(p)
+            if int8:
+                optimize_for_inference(model, int8=True)
             if model.tokenizer is None:
                 raise ConfigError(f"{p}: no tokenizer (vocab.txt or tokenizer.json) in the model directory")
             name = os.path.basename(os.path.normpath(p)) or p

@@ -54,10 +54,10 @@ def _encode_batch(model, texts: Sequence, max_length: int):
 
 
 def embed_texts(model_or_dir, texts: Sequence, layers: Sequence[int] = (-1,), pooling: Sequence[str] = ("cls", "mean"),
-                max_length: int = 128, batch_size: int = 32, tokens: bool = False) -> dict:
+                max_length: int = 128, batch_size: int = 32, tokens: bool = False, int8: bool = False) -> dict:
     """{"cls": (N, n_layers, H), "mean": (N, n_layers, H), "tokens": [per text: list of (token, (n_layers, H))]}.
-    A text may be a (a, b) tuple for a pair."""
-    model = optimize_for_inference(_load(model_or_dir).eval())
+    A text may be a (a, b) tuple for a pair. int8: quantize the model (in place) first (modeling/int8.py)."""
+    model = optimize_for_inference(_load(model_or_dir).eval(), int8=int8)
     if model.tokenizer is None:
         raise DataError("the model directory has no tokenizer")
     for p in pooling:
@@ -148,12 +148,12 @@ def _one_kind(items: list, path: str) -> list:
 
 def embed_file(model_dir: str, input_path: str, out_prefix: str, layers: Sequence[int] = (-1,),
                pooling: Sequence[str] = ("cls", "mean"), tokens: bool = False, max_length: int = 128,
-               batch_size: int = 32) -> list[str]:
+               batch_size: int = 32, int8: bool = False) -> list[str]:
     """Row i of every output is line i of the input (blank: the empty text's vectors; not UTF-8: NaN)."""
     items = read_inputs(input_path)
     ok = [i for i, x in enumerate(items) if x is not None]
     pooling = pooling or ("cls", "mean")
-    res = embed_texts(model_dir, [items[i] for i in ok], layers, pooling, max_length, batch_size, tokens)
+    res = embed_texts(model_dir, [items[i] for i in ok], layers, pooling, max_length, batch_size, tokens, int8)
     written = []
     for p in pooling:
         rows = np.full((len(items),) + res[p].shape[1:], np.nan, dtype=np.float32)  # (N lines, n_layers, H)

@@ -63,13 +63,14 @@ class Pipeline:
     task = ""
     text_field = "text"  # a bare string input fills this field
 
-    def __init__(self, model, batch_size: int = 32):
+    def __init__(self, model, batch_size: int = 32, int8: bool = False):
         if model.tokenizer is None:
             raise ConfigError("the model directory has no tokenizer (vocab.txt or tokenizer.json); "
                               "a pipeline needs one")
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-        self.model = optimize_for_inference(model.eval())  # buffer reuse: same outputs, faster
+        # buffer reuse: same outputs, faster; int8 (modeling/int8.py): int8 weights and activations, close outputs
+        self.model = optimize_for_inference(model.eval(), int8=int8)
         self.tok = model.tokenizer
         self.window = window_of(model)
         self.batch_size = batch_size
@@ -290,8 +291,8 @@ class MRCPipeline(Pipeline):
     text_field = "question"
 
     def __init__(self, model, batch_size: int = 32, max_length: Optional[int] = None,
-                 doc_stride: Optional[int] = None):
-        super().__init__(model, batch_size)
+                 doc_stride: Optional[int] = None, int8: bool = False):
+        super().__init__(model, batch_size, int8)
         from .mrc import MRCPredictor
 
         saved = model.config.head.mrc_settings  # the model's training windows, else MRCSettings' defaults
@@ -330,12 +331,15 @@ PIPELINES = {"classification": ClassificationPipeline, "ner": NERPipeline, "fill
 HEADS_OF = {t: [h for h, p in TASK_OF_HEAD.items() if p == t] for t in PIPELINES}
 
 
-def pipeline(task: Optional[str] = None, model=None, *, batch_size: int = 32, **options) -> Pipeline:
+def pipeline(task: Optional[str] = None, model=None, *, batch_size: int = 32, int8: bool = False,
+             **options) -> Pipeline:
     """A pipeline for `task` on `model` (a model directory, or a model from `bertfam.from_pretrained`).
 
     task None: the model's own head decides (an encoder without a head gives "embed"). Aliases in the
     transformers style are accepted ("text-classification", "token-classification", "question-answering",
-    "feature-extraction"). MRC options: max_length, doc_stride (default: the model's training windows)."""
+    "feature-extraction"). MRC options: max_length, doc_stride (default: the model's training windows).
+    int8: quantize the model (in place) for CPU inference (modeling/int8.py); off by default, an int8
+    checkpoint is int8 anyway."""
     if model is None:
         raise ConfigError("pipeline() needs model= (a model directory or a loaded model)")
     if isinstance(model, str):
@@ -356,4 +360,4 @@ def pipeline(task: Optional[str] = None, model=None, *, batch_size: int = 32, **
     unknown = set(options) - {"max_length", "doc_stride"}
     if unknown:
         raise ConfigError(f"unknown mrc pipeline option(s): {', '.join(sorted(unknown))}")
-    return PIPELINES[name](model, batch_size=batch_size, **options)
+    return PIPELINES[name](model, batch_size=batch_size, int8=int8, **options)

@@ -28,13 +28,14 @@ class MRCPredictor:
     (their start/end logits and answerability probabilities are averaged: a logit-level ensemble).
 
     Settings left as None are the model's (`head.mrc`: the first model's windows and decoding, the members'
-    mean thresholds), else MRCSettings' defaults."""
+    mean thresholds), else MRCSettings' defaults. int8: quantize the models for CPU inference
+    (`optimize_for_inference(m, int8=True)`, modeling/int8.py; an int8 checkpoint is int8 anyway)."""
 
     def __init__(self, model, tokenizer=None, max_length: Optional[int] = None, doc_stride: Optional[int] = None,
                  max_answer_length: Optional[int] = None, n_best: Optional[int] = None, batch_size: int = 32,
                  max_query_length: Optional[int] = None,
                  use_title: Optional[bool] = None, null_threshold: Optional[float] = None,
-                 answerable_threshold: Optional[float] = None):
+                 answerable_threshold: Optional[float] = None, int8: bool = False):
         self.models = _as_list(model)
         if not self.models:
             raise ConfigError("MRCPredictor needs at least one model")
@@ -42,7 +43,7 @@ class MRCPredictor:
             if getattr(m, "span", None) is None:
                 raise ConfigError(f"model has head task {m.config.head.task!r}; MRC needs a 'span' head "
                                   "(train one with `bertfam mrc train`)")
-            optimize_for_inference(m)  # buffer reuse in no-grad eval forwards; training still runs plain
+            optimize_for_inference(m, int8=int8)  # buffer reuse in no-grad eval forwards; training still runs plain
         self.tokenizer = tokenizer if tokenizer is not None else self.models[0].tokenizer
         if self.tokenizer is None:
             raise ConfigError("the model directory has no tokenizer (vocab.txt / tokenizer.json); pass tokenizer=")
