@@ -50,6 +50,23 @@ def test_config_json_roundtrip(tmp_path):
     assert json.loads(p.read_text())["embedding_size"] == 128
 
 
+def test_hand_written_config_in_bertfam_fields_is_read_as_bertfam(tmp_path):
+    """A --model-config file written from the dataclass (no version key) keeps its family and ALBERT fields;
+    it used to be read as a Hugging Face config, silently becoming a BERT with unfactorized embeddings."""
+    from dataclasses import asdict
+
+    from bertfam.checkpoint.io import resolve_config
+
+    p = tmp_path / "albert-mini.json"
+    want = preset("bert-mini-chinese").replace(family="albert", embedding_size=128, num_hidden_groups=1)
+    p.write_text(json.dumps(asdict(want)))
+    got = resolve_config(str(p))
+    assert (got.family, got.embedding_size, got.num_hidden_groups) == ("albert", 128, 1)
+    hf = tmp_path / "hf.json"
+    hf.write_text(json.dumps(config_to_hf(preset("albert-base"))))
+    assert resolve_config(str(hf)).family == "albert"  # a Hugging Face file still goes through model_type
+
+
 def test_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="multiple"):
         ModelConfig(hidden_size=100, num_attention_heads=12)
