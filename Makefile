@@ -21,7 +21,10 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/bertfam demo
 
+# the bench extra (OpenVINO, nncf) first; if it cannot be installed, those engines are reported unavailable
 bench: $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[bench]" \
+	  || echo "bench extra (openvino, nncf) not installed: the OpenVINO engines will be reported unavailable"
 	$(PY) benchmarks/encoder_throughput.py
 
 clean:

@@ -1,26 +1,35 @@
-"""Encoder throughput: bertfam vs Hugging Face transformers (and onnxruntime), same weights, batches, threads.
+"""Encoder throughput on CPU, fp32 and int8: bertfam vs Hugging Face transformers, onnxruntime and OpenVINO,
+same weights, batches, threads.
 
-    nice -n 10 .venv/bin/python benchmarks/encoder_throughput.py            # full run (~15-20 min quiet)
-    .venv/bin/python benchmarks/encoder_throughput.py --quick               # bert-mini only, ~2 min
+    make bench                                                              # installs the bench extra first
+    nice -n 10 .venv/bin/python benchmarks/encoder_throughput.py            # full run (~35-45 min quiet)
+    .venv/bin/python benchmarks/encoder_throughput.py --quick               # bert-mini only, ~6 min
 
 One run measures, for BERT-base and bert-mini (21128-piece Chinese vocabulary, random weights made by
 bertfam and converted with bertfam.convert.hf.export_hf, so every engine runs the very same weights):
-1. inference, REAL (non-padding) tokens/s, batch lengths uniform in 16-128 and 16-512: transformers
-   BertModel (sdpa) and onnxruntime (a torch.onnx.export(dynamo=True) export of that same HF model) get
-   batches padded to their longest sequence; bertfam gets the same padded batches and its default
-   (unpadded) path;
+1. inference, REAL (non-padding) tokens/s, batch lengths uniform in 16-128 and 16-512, on nine engines
+   (benchmarks/engines.py says exactly what each is): transformers fp32 and int8 (torch.ao
+   quantize_dynamic), onnxruntime fp32 and int8 (quantize_dynamic of a torch.onnx.export(dynamo=True)
+   export of that same HF model), OpenVINO fp32, int8 weights-only (nncf.compress_weights) and static int8
+   (nncf.quantize, calibrated on random token ids), bertfam fp32 and int8
+   (optimize_for_inference(int8=True)). The padded engines get batches padded to their longest sequence;
+   bertfam gets the same padded batches and its default (unpadded) path. An engine that cannot run here
+   (OpenVINO / nncf not installed, bertfam's int8 path not there yet) is reported as unavailable, with why;
 2. inference at full length 128 and 512 (no padding);
 3. MLM training steps (AdamW, dropout on): bertfam TaskModel (MLM head on masked positions only) vs
    BertForMaskedLM, both fed the same batches from bertfam's PretrainCollator (15 % token masking);
 4. peak resident memory of each engine per case, each in its own subprocess (ru_maxrss), also as growth
    over the process's RSS once its libraries are imported.
-Also the machine's fp32 matmul ceiling (torch, GFLOP/s) and each result as a fraction of it (model FLOPs
-of real tokens only: 2 x linear MACs + attention; x3 for training; the MLM head is not counted).
+Also the machine's fp32 matmul ceiling (torch, GFLOP/s) and int8 GEMM ceiling (torch's dynamic-quantized
+linear, torch.ops.quantized.linear_dynamic, GOP/s), and each result as a fraction of both (model FLOPs of
+real tokens only: 2 x linear MACs + attention; x3 for training; the MLM head is not counted); int8 engines
+are read against the int8 ceiling, fp32 ones against the fp32 ceiling. Ratios: to transformers fp32 (×HF),
+and bertfam's to the fastest other engine of its precision (×best peer).
 Timings: the engines of one case run interleaved in one process (engine order rotates every repetition,
 so load drift hits all alike); each number is the median of --reps repetitions after one warm-up (one
 repetition = passes over the case's batches for at least --min-rep-s seconds, time per pass), with
 the spread (min-max) beside it. Writes the table to stdout, docs/benchmarks.md, docs/benchmarks.png and
-docs/benchmarks.json.
+docs/benchmarks.json. The accuracy cost of the int8 engines: benchmarks/int8_accuracy.py.
 """
 from __future__ import annotations
 
@@ -37,7 +46,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from proc_memory import status_mb  # noqa: E402  (benchmarks/ is on the path when run as a script)
+import engines as E  # noqa: E402  (benchmarks/ is on the path when run as a script)
+from proc_memory import status_mb  # noqa: E402
 
 MODELS = {"bert-base": "bert-base-chinese", "bert-mini": "bert-mini-chinese",
           "bert-tiny": "bert-tiny-chinese"}  # bert-tiny: the smoke test only
@@ -49,7 +59,7 @@ CASES = {
     "infer 16-512": ("infer", 8, 16, 512, 1),
     "infer full 512": ("infer", 2, 512, 512, 1),
 }
-ENGINES_INFER = ("transformers", "onnxruntime", "bertfam")
+ENGINES_INFER = E.ALL  # fp32 and int8, see engines.py
 ENGINES_TRAIN = ("transformers", "bertfam")
 
 
@@ -66,7 +76,10 @@ def set_threads(n: int) -> None:
     import torch
 
     torch.set_num_threads(n)
-    torch.set_num_interop_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set, or parallel work started (a worker called in-process: int8_accuracy.py)
+        pass
 
 
 def make_batches(case: str, vocab: int, seed: int = 0, scale: float = 1.0) -> list[dict]:
@@ -130,41 +143,22 @@ def model_flops(cfg, batches: list[dict], train: bool) -> float:
 
 # ----------------------------------------------------------------------------- engines
 def load_engine(engine: str, kind: str, d: str):
-    """A callable batch -> None running one forward (inference) or one optimizer step (training)."""
+    """A callable batch -> None running one forward (inference, engines.load_hidden) or one optimizer step
+    (training); raises engines.Unavailable for an engine that cannot run here."""
     import torch
 
-    if engine == "onnxruntime":
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = int(os.environ["BENCH_THREADS"])
-        so.inter_op_num_threads = 1
-        if os.environ.get("BENCH_SPIN") == "0":  # same policy as the torch engines: no busy-waiting threads
-            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        sess = ort.InferenceSession(os.path.join(d, "model.onnx"), so, providers=["CPUExecutionProvider"])
-        names = [i.name for i in sess.get_inputs()]
-        return lambda b: sess.run(None, {n: b[n].numpy() for n in names})
+    if kind == "infer":
+        return E.load_hidden(engine, d)
     if engine == "transformers":
         import transformers as T
 
-        cls = T.BertForMaskedLM if kind == "train" else T.BertModel
-        model = cls.from_pretrained(os.path.join(d, "hf"), attn_implementation="sdpa")
-        keys = ("input_ids", "attention_mask", "token_type_ids") + (("labels",) if kind == "train" else ())
+        model = T.BertForMaskedLM.from_pretrained(os.path.join(d, "hf"), attn_implementation="sdpa")
+        keys = ("input_ids", "attention_mask", "token_type_ids", "labels")
     else:
         import bertfam
 
-        model = bertfam.from_pretrained(os.path.join(d, "hf"), task="mlm" if kind == "train" else None)
-        if kind == "infer":  # prediction as the predictors run it: buffer reuse on (modeling/optimize.py)
-            model = bertfam.optimize_for_inference(model.backbone)
-        keys = ("input_ids", "attention_mask", "token_type_ids") + (("labels", "masked_positions")
-                                                                    if kind == "train" else ())
-    if kind == "infer":
-        model.eval()
-
-        def infer(b):
-            with torch.inference_mode():
-                model(**{k: b[k] for k in keys})
-        return infer
+        model = bertfam.from_pretrained(os.path.join(d, "hf"), task="mlm")
+        keys = ("input_ids", "attention_mask", "token_type_ids", "labels", "masked_positions")
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
@@ -189,13 +183,19 @@ def worker_time(args) -> dict:
     batches = make_batches(args.case, cfg.vocab_size, scale=args.scale)
     if kind == "train":
         batches = mlm_batches(batches, cfg.vocab_size)
-    engines = [e for e in (ENGINES_TRAIN if kind == "train" else ENGINES_INFER) if e in args.engines.split(",")]
-    fns = {e: load_engine(e, kind, d) for e in engines}
+    fns, unavailable = {}, {}
+    for e in (ENGINES_TRAIN if kind == "train" else ENGINES_INFER):
+        if e in args.engines.split(","):
+            try:
+                fns[e] = load_engine(e, kind, d)
+            except E.Unavailable as ex:
+                unavailable[e] = str(ex)
+    engines = list(fns)
     times = {e: [] for e in engines}
     for e in engines:  # warm-up
         for b in batches:
             fns[e](b)
-    gflops = []
+    gflops, gops = [], []
     for r in range(args.reps):
         order = engines[r % len(engines):] + engines[:r % len(engines)]
         for e in order:
@@ -211,12 +211,18 @@ def worker_time(args) -> dict:
                 if elapsed >= args.min_rep_s:
                     break
             times[e].append(elapsed / passes)
-        gflops.append(matmul_gflops())  # the ceiling under this repetition's load
+        m = max(16, round(1024 * args.ceiling_scale))  # rows of the products (--ceiling-scale)
+        gflops.append(matmul_gflops(m))  # the ceilings under this repetition's load
+        if kind == "infer":
+            gops.append(E.int8_gops(2 * m))
     # a ceiling is the best rate seen: a median of short products under a passing disturbance read
     # 91 GFLOP/s once while the engines around it ran at 140 (146 % "of the ceiling")
-    return {"times": times, "real_tokens": real_tokens(batches), "ceiling": max(gflops), "ceilings": gflops,
-            "padded_tokens": int(sum(b["input_ids"].numel() for b in batches)),
-            "flops": model_flops(cfg, batches, kind == "train")}
+    out = {"times": times, "real_tokens": real_tokens(batches), "ceiling": max(gflops), "ceilings": gflops,
+           "padded_tokens": int(sum(b["input_ids"].numel() for b in batches)),
+           "flops": model_flops(cfg, batches, kind == "train"), "unavailable": unavailable}
+    if gops:
+        out.update(int8_ceiling=max(gops), int8_ceilings=gops)
+    return out
 
 
 def matmul_gflops(m: int = 1024, k: int = 768, n: int = 3072, reps: int = 5) -> float:
@@ -240,10 +246,11 @@ def worker_memory(args) -> dict:
     set_threads(args.threads)
     import bertfam
 
-    if args.engines == "transformers":
-        import transformers  # noqa: F401
-    elif args.engines == "onnxruntime":
-        import onnxruntime  # noqa: F401
+    for lib in ("transformers", "onnxruntime", "openvino"):  # the engine's libraries: part of the base RSS
+        if args.engines.startswith(lib):
+            __import__(lib)
+    if args.engines.startswith("openvino-int8"):
+        import nncf  # noqa: F401
     base = rss_mb()
     d = os.path.join(args.workdir, args.model)
     cfg = bertfam.ModelConfig.load(os.path.join(d, "bertfam", "config.json"))
@@ -283,7 +290,8 @@ def worker_ceiling(args) -> dict:
 
     set_threads(args.threads)
     res = {}
-    for m, k, n in [(2048, 2048, 2048), (1024, 768, 3072), (1024, 3072, 768)]:
+    r = args.ceiling_scale  # the products' rows: 1 for measuring, smaller for the smoke test
+    for m, k, n in [(round(2048 * r), 2048, 2048), (round(1024 * r), 768, 3072), (round(1024 * r), 3072, 768)]:
         a, b = torch.randn(m, k), torch.randn(k, n)
         for _ in range(3):
             a @ b
@@ -293,7 +301,11 @@ def worker_ceiling(args) -> dict:
             a @ b
             ts.append(time.perf_counter() - t0)
         res[f"{m}x{k}x{n}"] = 2 * m * k * n / statistics.median(ts) / 1e9
-    return {"gflops": res, "ceiling": max(res.values())}
+    # int8: torch's dynamic-quantized linear (what quantize_dynamic's nn.Linear runs), a square-ish product
+    # and the two BERT-shaped ones; GOP/s, median of the repetitions like the fp32 numbers above
+    i8 = {f"{m}x{k}x{n}": E.int8_gops(m, k, n, reps=max(5, args.reps), best=False)
+          for m, k, n in [(round(2048 * r), 1024, 1024), (round(1024 * r), 768, 3072), (round(1024 * r), 3072, 768)]}
+    return {"gflops": res, "ceiling": max(res.values()), "int8_gops": i8, "int8_ceiling": max(i8.values())}
 
 
 def worker_prepare(args) -> dict:
@@ -318,13 +330,8 @@ def worker_prepare(args) -> dict:
     hf = T.BertModel.from_pretrained(os.path.join(d, "hf"), attn_implementation="sdpa").eval()
     batches = make_batches("infer 16-128", cfg.vocab_size, seed=1, scale=0.5)
     b = batches[0]
-    names = ("input_ids", "attention_mask", "token_type_ids")
-    t0 = time.perf_counter()
-    torch.onnx.export(hf, (), os.path.join(d, "model.onnx"), kwargs={k: b[k] for k in names},
-                      input_names=list(names), output_names=["last_hidden_state", "pooler_output"],
-                      dynamic_shapes={k: {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")} for k in names},
-                      dynamo=True, optimize=True, verbose=False)
-    export_s = time.perf_counter() - t0
+    names = E.ONNX_INPUTS
+    export_s = E.export_onnx(d, b, hf)
     import onnxruntime as ort
 
     sess = ort.InferenceSession(os.path.join(d, "model.onnx"), providers=["CPUExecutionProvider"])
@@ -341,14 +348,58 @@ def worker_prepare(args) -> dict:
     return res
 
 
-WORKERS = {"time": worker_time, "memory": worker_memory, "ceiling": worker_ceiling, "prepare": worker_prepare}
+def worker_probe(args) -> dict:
+    """Engines beyond the base three (comma list): build each one's files (engines.build), run one batch,
+    compare its last_hidden_state with transformers fp32 on real tokens. {engine: result}; a result is
+    {"available": False, "reason": ...} for an engine that cannot run here."""
+    set_threads(args.threads)
+    import numpy as np
+
+    import bertfam
+
+    d = os.path.join(args.workdir, args.model)
+    cfg = bertfam.ModelConfig.load(os.path.join(d, "bertfam", "config.json"))
+    b = make_batches("infer 16-128", cfg.vocab_size, seed=1, scale=0.5)[0]
+    rng = np.random.default_rng(2)  # calibration for nncf.quantize: random ids, like the timed batches
+    calib = [random_batch(rng, 4, 16, 128, cfg.vocab_size) for _ in range(E.CALIB_ITEMS)]
+    ref = None
+    out = {}
+    for e in args.engines.split(","):
+        cached = os.path.join(d, f"probe-{e}.json")
+        if os.path.isfile(cached):  # --workdir reused
+            with open(cached) as f:
+                out[e] = json.load(f)
+            continue
+        try:
+            res = {"available": True, **E.build(e, d, calib)}
+            fn = E.load_hidden(e, d)
+            if ref is None:
+                ref = E.load_hidden("transformers", d)(b)
+            diff = E.diff_stats(fn(b), ref, b["attention_mask"])
+            del fn
+            res.update(max_abs_diff_vs_hf=diff["max_abs_diff"], mean_abs_diff_vs_hf=diff["mean_abs_diff"],
+                       mean_abs_hf=diff["mean_abs_ref"])
+        except E.Unavailable as ex:
+            out[e] = {"available": False, "reason": str(ex)}
+            continue
+        except Exception as ex:  # a library that is there but fails on this model: reported, not fatal
+            out[e] = {"available": False, "reason": f"{type(ex).__name__}: {str(ex)[:300]}"}
+            continue
+        with open(cached, "w") as f:
+            json.dump(res, f)
+        out[e] = res
+    return out
+
+
+WORKERS = {"time": worker_time, "memory": worker_memory, "ceiling": worker_ceiling, "prepare": worker_prepare,
+           "probe": worker_probe}
 
 
 # ----------------------------------------------------------------------------- parent
 def run_worker(args, what: str, **kw) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", what, "--threads", str(args.threads),
            "--reps", str(args.reps), "--workdir", args.workdir, "--scale", str(args.scale),
-           "--min-rep-s", str(args.min_rep_s)]
+           "--min-rep-s", str(args.min_rep_s), "--ceiling-scale", str(args.ceiling_scale)]
     for k, v in kw.items():
         cmd += [f"--{k}", str(v)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
@@ -368,6 +419,54 @@ def summarize(times: list[float], work: float) -> dict:
     return {"median": statistics.median(rates), "min": rates[0], "max": rates[-1]}
 
 
+BASE = ("transformers", "onnxruntime", "bertfam")  # made and checked by the prepare worker; a failure is fatal
+
+
+def last_line(err: Exception) -> str:
+    lines = [ln for ln in str(err).splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else type(err).__name__
+
+
+def probe_engines(args, mname: str, requested: list[str]) -> dict:
+    """{engine: probe result} for the requested engines beyond the base three: all in one process, or, if
+    that process dies (a native crash), each in its own, so that one broken engine is reported alone."""
+    extra = [e for e in requested if e not in BASE and e in ENGINES_INFER]
+    if not extra:
+        return {}
+    try:
+        out = run_worker(args, "probe", model=mname, engines=",".join(extra))
+    except RuntimeError:
+        out = {}
+        for e in extra:
+            try:
+                out.update(run_worker(args, "probe", model=mname, engines=e))
+            except RuntimeError as ex:  # reported, the run goes on
+                out[e] = {"available": False, "reason": f"crashed: {last_line(ex)}"}
+    for e in extra:
+        p = out[e]
+        if p["available"]:
+            print(f"{mname} {e}: ready (files built in {p.get('build_s', 0):.0f} s); |diff| vs transformers fp32 "
+                  f"on real tokens: max {p['max_abs_diff_vs_hf']:.1e}, mean {p['mean_abs_diff_vs_hf']:.1e}",
+                  flush=True)
+        else:
+            print(f"{mname} {e}: UNAVAILABLE: {p['reason']}", flush=True)
+    return {e: out[e] for e in extra}
+
+
+def time_case(args, mname: str, case: str, live: list[str]) -> dict:
+    """The case's interleaved timing worker; if it dies with the extra engines in it, again with the base
+    three only (the extras then reported unavailable with the failure)."""
+    try:
+        return run_worker(args, "time", model=mname, case=case, engines=",".join(live))
+    except RuntimeError as ex:
+        extra = [e for e in live if e not in BASE]
+        if not extra:
+            raise
+        t = run_worker(args, "time", model=mname, case=case, engines=",".join(e for e in live if e in BASE))
+        t["unavailable"].update({e: f"the timing worker failed with it: {last_line(ex)}" for e in extra})
+        return t
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="bert-mini only, half batches, 3 repetitions")
@@ -380,8 +479,12 @@ def main() -> int:
                          "(seconds per pass = elapsed / passes)")
     ap.add_argument("--models", default=None, help="comma list of bert-base,bert-mini (bert-tiny: smoke test)")
     ap.add_argument("--cases", default=",".join(CASES))
-    ap.add_argument("--engines", default="transformers,onnxruntime,bertfam")
+    ap.add_argument("--engines", default=",".join(ENGINES_INFER),
+                    help="comma list of " + ", ".join(ENGINES_INFER) + " (training cases: transformers and "
+                         "bertfam only)")
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--ceiling-scale", type=float, default=1.0,
+                    help="rows of the ceiling matmuls x this (the smoke test: 1/16, a rough ceiling in little time)")
     ap.add_argument("--spin", action="store_true",
                     help="let idle worker threads busy-wait (OpenMP / onnxruntime defaults); without it every "
                          "engine runs with OMP_WAIT_POLICY=PASSIVE and no onnxruntime spinning, which keeps "
@@ -401,6 +504,10 @@ def main() -> int:
     if args.worker:
         print("RESULT " + json.dumps(WORKERS[args.worker](args)), flush=True)
         return 0
+    requested = args.engines.split(",")
+    unknown = [e for e in requested if e not in ENGINES_INFER]
+    if unknown:
+        ap.error(f"unknown engine(s) {', '.join(unknown)}; valid: {', '.join(ENGINES_INFER)}")
     if args.quick:
         args.reps = min(args.reps, 3)
     if args.scale is None:
@@ -413,27 +520,49 @@ def main() -> int:
     ceiling = run_worker(args, "ceiling")
     print(f"fp32 matmul ceiling (torch): {ceiling['ceiling']:.1f} GFLOP/s "
           + ", ".join(f"{k} {v:.1f}" for k, v in ceiling["gflops"].items()), flush=True)
-    results = {"ceiling": ceiling, "models": {}, "args": vars(args), "environment": environment(args)}
+    print(f"int8 GEMM ceiling (torch quantized::linear_dynamic): {ceiling['int8_ceiling']:.1f} GOP/s "
+          + ", ".join(f"{k} {v:.1f}" for k, v in ceiling["int8_gops"].items()), flush=True)
+    results = {"ceiling": ceiling, "models": {}, "args": vars(args), "environment": environment(args),
+               "engine_labels": {e: E.LABELS[e] for e in requested}}
     for mname in models:
         prep = run_worker(args, "prepare", model=mname)
         print(f"{mname}: {prep['params_m']:.1f}M parameters; max |diff| vs transformers on real tokens: bertfam "
               f"{prep['diff_bertfam_vs_hf']:.1e}, onnxruntime {prep['diff_onnx_vs_hf']:.1e} "
               f"(export {prep['export_s']:.0f} s)", flush=True)
+        probes = probe_engines(args, mname, requested)
+        live = [e for e in requested if e in BASE or probes.get(e, {}).get("available")]
         rows = {}
+        results["models"][mname] = {"prepare": prep, "engines": probes, "cases": rows}
         for case in args.cases.split(","):
-            t = run_worker(args, "time", model=mname, case=case, engines=args.engines)
+            kind = CASES[case][0]
+            t = time_case(args, mname, case, live)
             row = {"real_tokens": t["real_tokens"], "padded_tokens": t["padded_tokens"], "flops": t["flops"],
                    "ceiling": t["ceiling"], "engines": {}}
+            if "int8_ceiling" in t:
+                row["int8_ceiling"] = t["int8_ceiling"]
+            if kind == "infer":  # what was asked for and cannot run, with why
+                row["unavailable"] = {e: probes[e]["reason"] for e in requested
+                                      if e in probes and not probes[e]["available"]}
+                row["unavailable"].update(t.get("unavailable", {}))
             for e, ts in t["times"].items():
                 s = summarize(ts, t["real_tokens"])
-                # against the ceiling measured between this case's repetitions (the load drifts between cases)
-                s["fraction_of_ceiling"] = t["flops"] / statistics.median(ts) / 1e9 / t["ceiling"]
+                s["precision"] = "int8" if E.is_int8(e) else "fp32"
+                # against the ceilings measured between this case's repetitions (the load drifts between cases)
+                rate = t["flops"] / statistics.median(ts) / 1e9
+                s["fraction_of_fp32_ceiling"] = rate / t["ceiling"]
+                if "int8_ceiling" in t:
+                    s["fraction_of_int8_ceiling"] = rate / t["int8_ceiling"]
+                # each engine against the ceiling of its own precision
+                s["fraction_of_ceiling"] = s.get("fraction_of_int8_ceiling", 0) if E.is_int8(e) \
+                    else s["fraction_of_fp32_ceiling"]
                 if not args.no_memory:
-                    s.update(run_worker(args, "memory", model=mname, case=case, engines=e))
+                    try:
+                        s.update(run_worker(args, "memory", model=mname, case=case, engines=e))
+                    except RuntimeError as ex:
+                        s["memory_error"] = last_line(ex)
                 row["engines"][e] = s
             rows[case] = row
             print(format_row(mname, case, row), flush=True)
-            results["models"][mname] = {"prepare": prep, "cases": rows}
             results["minutes"] = (time.time() - started) / 60
             results["load_average"] = {"start": load_start, "end": os.getloadavg()}
             write_outputs(results, args, final=False)  # partial results survive an interrupted run
@@ -447,10 +576,26 @@ def environment(args) -> dict:
     import transformers
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    flags = next((ln.split(":", 1)[1].split() for ln in open("/proc/cpuinfo") if ln.startswith("flags")), [])
+    simd = [f for f in flags if f.startswith(("avx", "amx")) or "vnni" in f]
+    v = E.versions()
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
             "transformers": transformers.__version__, "onnxruntime": onnxruntime.__version__,
+            "openvino": v["openvino"], "nncf": v["nncf"], "simd": simd,
+            "torch_quantized_engine": torch.backends.quantized.engine,
             "threads": args.threads, "idle_threads": "busy-wait (library defaults)" if args.spin else
-            "sleep (OMP_WAIT_POLICY=PASSIVE for torch, allow_spinning=0 for onnxruntime)"}
+            "sleep (OMP_WAIT_POLICY=PASSIVE for torch, allow_spinning=0 for onnxruntime; OpenVINO has no "
+            "such switch)"}
+
+
+def best_peer(row: dict, e: str):
+    """(ratio, peer): bertfam's (or bertfam-int8's) rate over the fastest other engine of its precision."""
+    group = E.INT8 if E.is_int8(e) else E.FP32
+    peers = [(s["median"], p) for p, s in row["engines"].items() if p in group and not p.startswith("bertfam")]
+    if not e.startswith("bertfam") or not peers:
+        return None
+    rate, peer = max(peers)
+    return row["engines"][e]["median"] / rate, peer
 
 
 def format_row(mname: str, case: str, row: dict) -> str:
@@ -459,20 +604,31 @@ def format_row(mname: str, case: str, row: dict) -> str:
     parts = [f"{mname:9s} {case:17s}"]
     for name, s in e.items():
         ratio = f" ({s['median'] / hf:.2f}x)" if hf and name != "transformers" else ""
+        bp = best_peer(row, name)
+        peer = f" [{bp[0]:.2f}x {bp[1]}]" if bp else ""
         mem = f" {s['peak_mb']:.0f} MB" if "peak_mb" in s else ""
-        parts.append(f"{name} {s['median']:.0f} [{s['min']:.0f}-{s['max']:.0f}]{ratio}{mem}")
+        parts.append(f"{name} {s['median']:.0f} [{s['min']:.0f}-{s['max']:.0f}]{ratio}{peer}{mem}")
+    for name, why in row.get("unavailable", {}).items():
+        parts.append(f"{name} unavailable")
     return " | ".join(parts)
+
+
+def pct(x) -> str:
+    return f"{100 * x:.0f} %" if x is not None else "-"
 
 
 def markdown(results: dict) -> str:
     env, c = results["environment"], results["ceiling"]
     la = results["load_average"]
+    has_int8 = "int8_ceiling" in c
     lines = [
-        "# Benchmarks: bertfam vs Hugging Face transformers (CPU)", "",
-        "Produced by `benchmarks/encoder_throughput.py` in one run "
-        f"({results['minutes']:.0f} min); {env['cpu']}, {env['cores']} cores, {env['threads']} threads for every "
-        f"engine, idle threads {env['idle_threads']}; torch {env['torch']}, transformers {env['transformers']}, "
-        f"onnxruntime {env['onnxruntime']}. "
+        "# Benchmarks: bertfam vs Hugging Face transformers, onnxruntime and OpenVINO, fp32 and int8 (CPU)", "",
+        "Produced by `benchmarks/encoder_throughput.py` (`make bench`) in one run "
+        f"({results['minutes']:.0f} min); {env['cpu']}, {env['cores']} cores"
+        + (f" ({' '.join(env['simd'])})" if env.get("simd") else "")
+        + f", {env['threads']} threads for every engine, idle threads {env['idle_threads']}; torch {env['torch']}, "
+        f"transformers {env['transformers']}, onnxruntime {env['onnxruntime']}"
+        + (f", OpenVINO {env['openvino']}, nncf {env['nncf']}" if "openvino" in env else "") + ". "
         f"Load average {la['start'][0]:.1f} at start, {la['end'][0]:.1f} at end: "
         + ("**the machine was shared with other jobs, so absolute numbers are low and noisy; the ratios "
            "(engines interleaved within each case) are what this run shows.**"
@@ -480,7 +636,11 @@ def markdown(results: dict) -> str:
         *(["**Partial results: the run was still going or was interrupted.**", ""] if not results.get("complete")
           else []),
         f"fp32 matmul ceiling measured in this run (torch): **{c['ceiling']:.1f} GFLOP/s** ("
-        + ", ".join(f"{k}: {v:.1f}" for k, v in c["gflops"].items()) + ").", "",
+        + ", ".join(f"{k}: {v:.1f}" for k, v in c["gflops"].items()) + ")"
+        + (f"; int8 GEMM ceiling (torch's dynamic-quantized linear, `torch.ops.quantized.linear_dynamic`, "
+           f"{env.get('torch_quantized_engine', 'x86')} backend, activation quantization included): "
+           f"**{c['int8_ceiling']:.1f} GOP/s** ("
+           + ", ".join(f"{k}: {v:.1f}" for k, v in c["int8_gops"].items()) + ")" if has_int8 else "") + ".", "",
         *(["**% ceiling above 100 %: this run divided by the ceiling measured once at its start, under more load "
            "than the later cases saw; read those columns as relative only.** (Newer runs measure the ceiling "
            "between the repetitions of every case.)", ""]
@@ -489,35 +649,67 @@ def markdown(results: dict) -> str:
         "Throughput = real (non-padding) tokens per second, median of "
         f"{results['args']['reps']} repetitions after a warm-up (a repetition passes over the case's batches "
         f"until {results['args'].get('min_rep_s', 0):g} s have gone by), [min-max] beside it; ×HF = ratio to "
-        "transformers; % ceiling = useful model FLOP/s (real tokens only) over the matmul ceiling (GFLOP/s of a "
-        "1024x768x3072 matmul, the best rate measured between the case's repetitions, shown after the case "
-        "name); bound = padded tokens / real tokens of the case's batches: the speed-up that skipping padding "
-        "alone can give when every token costs the same (attention, quadratic in length, adds a little on top); "
-        "peak RSS = ru_maxrss of a "
-        "separate process running that engine alone on the case, loading included (growth over the RSS after "
-        "imports in brackets); peak running = the peak RSS (VmHWM) while running the case, reset after loading.",
+        "transformers fp32; ×best peer (bertfam rows) = ratio to the fastest other engine of the same precision "
+        "(named); % fp32 / % int8 = useful model FLOP/s (real tokens only) over the fp32 matmul ceiling "
+        "(GFLOP/s of a 1024x768x3072 matmul) and over the int8 GEMM ceiling (GOP/s of torch's dynamic int8 "
+        "linear on 2048x1024x1024), each the best rate measured between the case's repetitions and shown after "
+        "the case name; **bold** = the ceiling of the engine's own precision. An int8 engine still runs "
+        "attention, softmax, LayerNorm and GELU in fp32, and onnxruntime / OpenVINO use their own int8 kernels, "
+        "so % int8 is a yardstick, not a bound. bound = padded tokens / real tokens of the case's batches: the "
+        "speed-up that skipping padding alone can give when every token costs the same (attention, quadratic in "
+        "length, adds a little on top); peak RSS = ru_maxrss of a separate process running that engine alone "
+        "on the case, loading included (growth over the RSS after imports in brackets); peak running = the peak "
+        "RSS (VmHWM) while running the case, reset after loading.",
         "",
     ]
+    labels = results.get("engine_labels")
+    if labels:
+        lines += ["Engines (same weights everywhere; `benchmarks/engines.py`):", ""]
+        lines += [f"- `{e}`: {what}" for e, what in labels.items()]
+        lines += [""]
     for mname, m in results["models"].items():
         p = m["prepare"]
         lines += [f"## {mname} ({p['params_m']:.1f}M parameters, 21128 vocab)", "",
                   f"Same weights: max |difference| of last_hidden_state from transformers on real tokens: "
-                  f"bertfam {p['diff_bertfam_vs_hf']:.1e}, onnxruntime {p['diff_onnx_vs_hf']:.1e}.", "",
-                  "| case | engine | tokens/s | spread | ×HF | % ceiling | peak RSS MB (growth) "
-                  "| peak running MB |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+                  f"bertfam {p['diff_bertfam_vs_hf']:.1e}, onnxruntime {p['diff_onnx_vs_hf']:.1e}"
+                  + "".join(f", {e} {q['max_abs_diff_vs_hf']:.1e} (mean {q['mean_abs_diff_vs_hf']:.1e})"
+                            for e, q in m.get("engines", {}).items() if q.get("available"))
+                  + " (int8: the quantization error on random weights; real weights: "
+                    "[int8_accuracy.md](int8_accuracy.md)).", ""]
+        missing = {e: q["reason"] for e, q in m.get("engines", {}).items() if not q.get("available")}
+        for row in m["cases"].values():
+            missing.update({e: r for e, r in row.get("unavailable", {}).items() if e not in missing})
+        if missing:
+            lines += ["Not measured here:", ""] + [f"- `{e}`: {why}" for e, why in missing.items()] + [""]
+        lines += ["| case | engine | tokens/s | spread | ×HF | ×best peer | % fp32 | % int8 | "
+                  "peak RSS MB (growth) | peak running MB |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for case, row in m["cases"].items():
             hf = row["engines"].get("transformers", {}).get("median")
-            label = f"{case} ({row['ceiling']:.0f} GF/s" if "ceiling" in row else f"{case} ("
+            ceil = []
+            if "ceiling" in row:
+                ceil.append(f"{row['ceiling']:.0f} GF/s")
+            if "int8_ceiling" in row:
+                ceil.append(f"{row['int8_ceiling']:.0f} GOP/s")
             bound = row["padded_tokens"] / row["real_tokens"] if row.get("real_tokens") else 1.0
-            label = (label + f"; bound {bound:.2f}×)") if bound > 1.001 else (label + ")" if "ceiling" in row else case)
+            if bound > 1.001:
+                ceil.append(f"bound {bound:.2f}×")
+            label = f"{case} ({', '.join(ceil)})" if ceil else case
             for e, s in row["engines"].items():
                 ratio = f"{s['median'] / hf:.2f}" if hf else "-"
+                bp = best_peer(row, e)
+                peer = f"{bp[0]:.2f} ({bp[1]})" if bp else "-"
+                f32 = pct(s.get("fraction_of_fp32_ceiling", s["fraction_of_ceiling"]))
+                i8 = pct(s.get("fraction_of_int8_ceiling"))
+                if E.is_int8(e):
+                    i8 = f"**{i8}**"
+                elif i8 != "-":
+                    f32 = f"**{f32}**"
                 peak = max(s.get("peak_mb", 0), s.get("load_peak_mb", 0))
                 mem = f"{peak:.0f} ({peak - s['import_rss_mb']:.0f})" if "peak_mb" in s else "-"
                 run = f"{s['run_peak_mb']:.0f}" if "run_peak_mb" in s else "-"
                 lines.append(f"| {label} | {e} | {s['median']:.0f} | {s['min']:.0f}-{s['max']:.0f} | {ratio} | "
-                             f"{100 * s['fraction_of_ceiling']:.0f} % | {mem} | {run} |")
+                             f"{peer} | {f32} | {i8} | {mem} | {run} |")
         lines.append("")
     sc = results["args"]["scale"]
     sizes = "; ".join(f"{c}: {n} x batch {max(1 if lo == hi else 2, round(B * sc))}"
@@ -527,8 +719,11 @@ def markdown(results: dict) -> str:
         "Cases: `infer 16-128` = batches with lengths uniform in 16-128 (the padded engines pay for "
         "padding up to the longest in the batch; bertfam packs the real tokens); `infer full N` = no padding; "
         "`train MLM` = one AdamW step per batch, dropout on, batches from bertfam's PretrainCollator "
-        "(15 % token masking); bertfam's MLM head runs on the masked positions only, BertForMaskedLM on all.",
-        "", "![speed-up over transformers](benchmarks.png)", ""]
+        "(15 % token masking); bertfam's MLM head runs on the masked positions only, BertForMaskedLM on all. "
+        "The int8 engines run inference cases only.",
+        "", "![speed-up over transformers](benchmarks.png)", "",
+        "Accuracy cost of the int8 engines (hidden-state differences, SST-2 accuracy, MRC F1): "
+        "[int8_accuracy.md](int8_accuracy.md), from `benchmarks/int8_accuracy.py`.", ""]
     return "\n".join(lines)
 
 
@@ -548,6 +743,9 @@ def write_outputs(results: dict, args, final: bool = True) -> None:
         print("matplotlib not installed: no chart")
 
 
+COLORS = {"transformers": "#7f7f7f", "onnxruntime": "#1f77b4", "openvino": "#9467bd", "bertfam": "#d62728"}
+
+
 def plot(results: dict, path: str) -> None:
     import matplotlib
 
@@ -557,30 +755,33 @@ def plot(results: dict, path: str) -> None:
     from bertfam.utils import atomic_path
 
     models = list(results["models"])
-    fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.2), squeeze=False)
-    for ax, mname in zip(axes[0], models):
+    fig, axes = plt.subplots(len(models), 1, figsize=(13, 4.4 * len(models)), squeeze=False)
+    for ax, mname in zip(axes[:, 0], models):
         cases = results["models"][mname]["cases"]
         names = list(cases)
-        engines = [e for e in ("onnxruntime", "bertfam") if any(e in cases[c]["engines"] for c in names)]
+        engines = [e for e in ENGINES_INFER if e != "transformers" and any(e in cases[c]["engines"] for c in names)]
         width = 0.8 / max(1, len(engines))
-        for i, e in enumerate(engines):
+        for e in engines:
             xs, ys = [], []
             for j, c in enumerate(names):
                 eng = cases[c]["engines"]
+                here = [x for x in engines if x in eng]  # the case's bars, centred on its tick
                 if e in eng and "transformers" in eng:
                     hf = eng["transformers"]["median"]
-                    xs.append(j + (i - (len(engines) - 1) / 2) * width)
+                    xs.append(j + (here.index(e) - (len(here) - 1) / 2) * width)
                     ys.append(eng[e]["median"] / hf)
-            ax.bar(xs, ys, width, label=e)
+            ax.bar(xs, ys, width, label=e, color=COLORS.get(e.split("-")[0], "#2ca02c"),
+                   hatch="//" if E.is_int8(e) else None, edgecolor="white" if E.is_int8(e) else None,
+                   alpha=0.6 if e == "openvino-int8w" else 1.0)
             for x, y in zip(xs, ys):
-                ax.text(x, y + 0.03, f"{y:.2f}", ha="center", fontsize=8)
-        ax.axhline(1.0, color="gray", lw=1, ls="--", label="transformers = 1")
+                ax.text(x, y + 0.03, f"{y:.2f}", ha="center", fontsize=6.5, rotation=90 if len(engines) > 4 else 0)
+        ax.axhline(1.0, color="gray", lw=1, ls="--", label="transformers fp32 = 1")
         top = max([b.get_height() for b in ax.patches] + [1.0])
-        ax.set_ylim(0, top * 1.25)
+        ax.set_ylim(0, top * 1.3)
         ax.set_xticks(range(len(names)))
-        ax.set_xticklabels([n.replace(" ", "\n", 1) for n in names], fontsize=8)
-        ax.set_title(f"{mname}: real tokens/s relative to transformers")
-        ax.legend(fontsize=8, loc="upper left", ncol=3)
+        ax.set_xticklabels(names, fontsize=8)
+        ax.set_title(f"{mname}: real tokens/s relative to transformers fp32 (hatched: int8)")
+        ax.legend(fontsize=7, loc="upper left", ncol=5)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")

@@ -1,0 +1,310 @@
+"""Inference engines of the CPU benchmarks, fp32 and int8, on one model directory (shared by
+encoder_throughput.py and int8_accuracy.py).
+
+A model directory `d` holds `hf/` (a Hugging Face directory, bertfam.convert.hf.export_hf of the bertfam
+model) and `model.onnx` (torch.onnx.export(dynamo=True) of the transformers model loaded from `hf/`); the
+engines that need more files build them from those (`build(engine, d, calib)`), once:
+
+    model.int8.onnx        onnxruntime.quantization.quantize_dynamic of model.onnx
+    ov/fp32.xml            openvino.convert_model(model.onnx), saved without fp16 compression
+    ov/int8w.xml           nncf.compress_weights(ov/fp32, INT8_ASYM): int8 weights only
+    ov/int8.xml            nncf.quantize(ov/fp32, calibration batches): int8 weights and activations
+
+`load_hidden(engine, d)` gives a callable batch -> last_hidden_state (float32 torch tensor, (B, T, H)).
+An engine that cannot run here (a library missing, bertfam's int8 path not there yet) raises
+`Unavailable` with the reason, which the benchmarks report instead of a number.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import time
+
+FP32 = ("transformers", "onnxruntime", "openvino", "bertfam")
+INT8 = ("transformers-int8", "onnxruntime-int8", "openvino-int8w", "openvino-int8", "bertfam-int8")
+ALL = ("transformers", "transformers-int8", "onnxruntime", "onnxruntime-int8", "openvino", "openvino-int8w",
+       "openvino-int8", "bertfam", "bertfam-int8")
+# each int8 engine's fp32 counterpart (the accuracy script compares them)
+FP32_OF = {"transformers-int8": "transformers", "onnxruntime-int8": "onnxruntime", "openvino-int8w": "openvino",
+           "openvino-int8": "openvino", "bertfam-int8": "bertfam"}
+LABELS = {
+    "transformers": "transformers AutoModel (BertModel), fp32, sdpa attention",
+    "transformers-int8": "transformers + torch.ao.quantization.quantize_dynamic({nn.Linear}, qint8): int8 weights "
+                         "(per tensor) and activations (per batch, dynamic), every nn.Linear; attention, "
+                         "LayerNorm and embeddings fp32",
+    "onnxruntime": "onnxruntime (CPU provider) on the dynamo=True ONNX export, fp32",
+    "onnxruntime-int8": "onnxruntime on onnxruntime.quantization.quantize_dynamic of that export: MatMuls with "
+                        "a constant weight only (the linear layers), QInt8 weights per channel, dynamic uint8 "
+                        "activations",
+    "openvino": "OpenVINO (CPU) on openvino.convert_model of the ONNX file, fp32 (INFERENCE_PRECISION_HINT f32)",
+    "openvino-int8w": "OpenVINO on nncf.compress_weights(mode=INT8_ASYM): int8 weights only (every constant "
+                      "weight, embeddings included), decompressed in the kernels; compute stays fp32",
+    "openvino-int8": "OpenVINO on nncf.quantize(model_type=TRANSFORMER): static int8 weights and activations, "
+                     "calibrated on a few batches (random token ids in encoder_throughput.py)",
+    "bertfam": "bertfam, optimize_for_inference (buffer reuse), unpadded (packed) path, fp32",
+    "bertfam-int8": "bertfam, optimize_for_inference(int8=True): the encoder's nn.Linear layers int8 "
+                    "dynamic-quantized (bertfam/modeling/int8.py)",
+}
+ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+CALIB_ITEMS = 8  # calibration batches for nncf.quantize
+
+
+class Unavailable(RuntimeError):
+    """This engine cannot run here; str(e) says why."""
+
+
+def is_int8(engine: str) -> bool:
+    return engine in INT8
+
+
+def threads() -> int:
+    import torch
+
+    return int(os.environ.get("BENCH_THREADS") or torch.get_num_threads())
+
+
+def spin() -> bool:
+    return os.environ.get("BENCH_SPIN", "0") != "0"
+
+
+# ----------------------------------------------------------------------------- availability
+def bertfam_int8_missing() -> str | None:
+    """Why bertfam's int8 path cannot be used here, or None when optimize_for_inference takes int8=.
+
+    The parameter must be named: optimize_for_inference's **compile_kwargs would swallow int8=True
+    silently (and change nothing) before the int8 path exists."""
+    from bertfam.modeling.optimize import optimize_for_inference
+
+    if "int8" not in inspect.signature(optimize_for_inference).parameters:
+        return ("bertfam.modeling.optimize.optimize_for_inference does not take int8= yet "
+                "(bertfam/modeling/int8.py has not landed)")
+    return None
+
+
+def library_missing(engine: str) -> str | None:
+    """Why the libraries an engine needs do not import, or None."""
+    mods = {"onnxruntime": ["onnxruntime"], "onnxruntime-int8": ["onnxruntime", "onnxruntime.quantization"],
+            "openvino": ["openvino"], "openvino-int8w": ["openvino", "nncf"], "openvino-int8": ["openvino", "nncf"],
+            "transformers": ["transformers"], "transformers-int8": ["transformers"]}.get(engine, [])
+    for m in mods:
+        try:
+            __import__(m)
+        except Exception as e:  # ImportError, or a library that fails while importing
+            hint = " (pip install -e '.[bench]')" if m in ("openvino", "nncf") else ""
+            return f"{m} does not import: {type(e).__name__}: {str(e)[:200]}{hint}"
+    if engine == "bertfam-int8":
+        return bertfam_int8_missing()
+    return None
+
+
+def versions() -> dict:
+    out = {}
+    for m in ("openvino", "nncf", "onnxruntime"):
+        try:
+            out[m] = __import__(m).__version__.split("-")[0]  # openvino: 2026.4.1-22982-<hash>-releases/...
+        except Exception:
+            out[m] = "not installed"
+    return out
+
+
+# ----------------------------------------------------------------------------- files
+def export_onnx(d: str, batch: dict, model=None) -> float:
+    """d/hf (transformers AutoModel) -> d/model.onnx (dynamo=True, dynamic batch and length); seconds."""
+    import torch
+    import transformers as T
+
+    hf = model if model is not None else T.AutoModel.from_pretrained(os.path.join(d, "hf"),
+                                                                      attn_implementation="sdpa").eval()
+    outs = ["last_hidden_state"] + (["pooler_output"] if getattr(hf, "pooler", None) is not None else [])
+    t0 = time.perf_counter()
+    torch.onnx.export(hf, (), os.path.join(d, "model.onnx"), kwargs={k: batch[k] for k in ONNX_INPUTS},
+                      input_names=list(ONNX_INPUTS), output_names=outs,
+                      dynamic_shapes={k: {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
+                                      for k in ONNX_INPUTS},
+                      dynamo=True, optimize=True, verbose=False)
+    return time.perf_counter() - t0
+
+
+FILES = {"onnxruntime": "model.onnx", "onnxruntime-int8": "model.int8.onnx", "openvino": "ov/fp32.xml",
+         "openvino-int8w": "ov/int8w.xml", "openvino-int8": "ov/int8.xml"}
+
+
+def build(engine: str, d: str, calib: list[dict] | None = None) -> dict:
+    """Make the files `engine` runs from (if missing); {"build_s": seconds, ...facts about the result}."""
+    why = library_missing(engine)
+    if why:
+        raise Unavailable(why)
+    name = FILES.get(engine)
+    path = os.path.join(d, name) if name else None
+    if path is None or os.path.exists(path):
+        return {"build_s": 0.0}
+    t0 = time.perf_counter()
+    info: dict = {}
+    if engine == "onnxruntime-int8":
+        import onnx
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        # MatMul only: the linear layers (MatMulConstBOnly, the dynamic default, skips attention's products);
+        # the default list would also quantize the embedding Gathers, which no torch engine does
+        quantize_dynamic(os.path.join(d, "model.onnx"), path, per_channel=True, weight_type=QuantType.QInt8,
+                         op_types_to_quantize=["MatMul"])
+        g = onnx.load(path, load_external_data=False).graph
+        info["int8_matmuls"] = sum(n.op_type == "MatMulInteger" for n in g.node)
+        info["fp32_matmuls"] = sum(n.op_type in ("MatMul", "Gemm") for n in g.node)
+    elif engine == "openvino":
+        import openvino as ov
+
+        m = ov.convert_model(os.path.join(d, "model.onnx"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        ov.save_model(m, path, compress_to_fp16=False)  # the default would round the weights to fp16
+    elif engine in ("openvino-int8w", "openvino-int8"):
+        import logging
+
+        import nncf
+        import openvino as ov
+
+        nncf.set_log_level(logging.ERROR)  # not its compression statistics table per build
+        build("openvino", d)
+        m = ov.Core().read_model(os.path.join(d, FILES["openvino"]))
+        if engine == "openvino-int8w":
+            q = nncf.compress_weights(m, mode=nncf.CompressWeightsMode.INT8_ASYM)
+        else:
+            if not calib:
+                raise Unavailable("nncf.quantize needs calibration batches")
+            items = [{k: b[k].numpy() for k in ONNX_INPUTS} for b in calib]
+            q = nncf.quantize(m, nncf.Dataset(items), model_type=nncf.ModelType.TRANSFORMER,
+                              subset_size=len(items))
+            info["calibration_batches"] = len(items)
+            info["calibration_sequences"] = int(sum(len(b["input_ids"]) for b in calib))
+        ov.save_model(q, path, compress_to_fp16=False)
+    info["build_s"] = time.perf_counter() - t0
+    return info
+
+
+# ----------------------------------------------------------------------------- engines
+def count_linear(model) -> int:
+    from torch import nn
+
+    return sum(type(m) is nn.Linear for m in model.modules())
+
+
+def load_hidden(engine: str, d: str):
+    """A callable batch -> last_hidden_state (float32 torch tensor); raises Unavailable."""
+    import numpy as np
+    import torch
+
+    why = library_missing(engine)
+    if why:
+        raise Unavailable(why)
+    if engine.startswith("onnxruntime"):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads()
+        so.inter_op_num_threads = 1
+        if not spin():  # same policy as the torch engines: no busy-waiting threads
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        path = os.path.join(d, FILES[engine])
+        if not os.path.exists(path):
+            raise Unavailable(f"{path} was not built")
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        names = [i.name for i in sess.get_inputs()]
+        # every output, as a caller of the exported model gets them (the pooler too, like the torch engines)
+        k = [o.name for o in sess.get_outputs()].index("last_hidden_state")
+        return lambda b: torch.from_numpy(sess.run(None, {n: b[n].numpy() for n in names})[k])
+    if engine.startswith("openvino"):
+        import openvino as ov
+
+        path = os.path.join(d, FILES[engine])
+        if not os.path.exists(path):
+            raise Unavailable(f"{path} was not built")
+        core = ov.Core()
+        # fp32 compute (a CPU with bf16 support would otherwise default to it), one stream, the benchmark's
+        # thread count, no pinning (the torch engines do not pin either)
+        cfg = {"INFERENCE_NUM_THREADS": threads(), "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+               "INFERENCE_PRECISION_HINT": "f32", "ENABLE_CPU_PINNING": False}
+        compiled = core.compile_model(core.read_model(path), "CPU", cfg)
+        out = next((o for o in compiled.outputs if "last_hidden_state" in o.get_names()), compiled.outputs[0])
+        names = [i.get_any_name() for i in compiled.inputs]
+        req = compiled.create_infer_request()
+
+        def run(b):
+            res = req.infer({n: b[n].numpy() for n in names})
+            return torch.from_numpy(np.array(res[out], dtype=np.float32))
+        return run
+    if engine.startswith("transformers"):
+        import transformers as T
+        from torch import nn
+
+        model = T.AutoModel.from_pretrained(os.path.join(d, "hf"), attn_implementation="sdpa").eval()
+        if engine == "transformers-int8":
+            model = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+            if count_linear(model):
+                raise Unavailable("quantize_dynamic left nn.Linear layers in place")
+        keys = ONNX_INPUTS
+
+        def run_hf(b):
+            with torch.inference_mode():
+                return model(**{k: b[k] for k in keys}).last_hidden_state
+        return run_hf
+    if engine.startswith("bertfam"):
+        import bertfam
+        from bertfam.modeling.optimize import optimize_for_inference
+
+        backbone = bertfam.from_pretrained(os.path.join(d, "hf")).backbone.eval()
+        if engine == "bertfam-int8":
+            backbone = quantize_bertfam(backbone)
+        else:  # prediction as the predictors run it: buffer reuse on (modeling/optimize.py)
+            backbone = optimize_for_inference(backbone)
+
+        def run_bf(b):
+            with torch.inference_mode():
+                return backbone(**{k: b[k] for k in ONNX_INPUTS}).last_hidden_state
+        return run_bf
+    raise ValueError(f"unknown engine {engine!r}")
+
+
+def quantize_bertfam(model):
+    """optimize_for_inference(model, int8=True), checked: it must have replaced nn.Linear layers."""
+    why = bertfam_int8_missing()
+    if why:
+        raise Unavailable(why)
+    from bertfam.modeling.optimize import optimize_for_inference
+
+    before = count_linear(model)
+    model = optimize_for_inference(model, int8=True)
+    if count_linear(model) >= before:
+        raise RuntimeError(f"optimize_for_inference(int8=True) left all {before} nn.Linear layers in place")
+    return model
+
+
+# ----------------------------------------------------------------------------- ceilings
+def int8_gops(m: int = 2048, k: int = 1024, n: int = 1024, reps: int = 5, best: bool = True) -> float:
+    """int8 GOP/s of torch's dynamic-quantized linear (torch.ops.quantized.linear_dynamic: quantizes the
+    fp32 input per call, int8 x int8 -> int32 GEMM, dequantizes), the kernel of quantize_dynamic's
+    nn.Linear replacement; 2*m*k*n operations a call. Best of `reps` (or median with best=False)."""
+    import statistics
+
+    import torch
+
+    w = torch.randn(n, k)
+    qw = torch.quantize_per_tensor(w, float(w.abs().max()) / 127, 0, torch.qint8)
+    packed = torch.ops.quantized.linear_prepack(qw, None)
+    x = torch.randn(m, k)
+    for _ in range(2):
+        torch.ops.quantized.linear_dynamic(x, packed, True)
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch.ops.quantized.linear_dynamic(x, packed, True)
+        ts.append(time.perf_counter() - t0)
+    t = min(ts) if best else statistics.median(ts)
+    return 2 * m * k * n / t / 1e9
+
+
+def diff_stats(out, ref, mask) -> dict:
+    """max / mean |out - ref| over real tokens, and mean |ref| for scale."""
+    m = mask.bool()
+    dlt = (out.float() - ref.float())[m].abs()
+    return {"max_abs_diff": float(dlt.max()), "mean_abs_diff": float(dlt.mean()),
+            "mean_abs_ref": float(ref.float()[m].abs().mean())}

@@ -1,0 +1,108 @@
+"""benchmarks/int8_accuracy.py (fp32 vs int8: hidden states, SST-2 accuracy, MRC F1) runs for many minutes on
+the real models; this smoke test runs every section once on tiny random models saved here (a classifier and
+a span model on the test vocabulary) with the test fixtures as dev sets, `--limit` examples.
+
+OpenVINO engines: skipped where the `bench` extra (openvino, nncf) is not installed, but then they must be
+reported unavailable, not crash. bertfam int8: must be measured as soon as optimize_for_inference takes
+`int8=`."""
+import importlib.util
+import inspect
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import FIXTURES, ZH_VOCAB
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SST2_DEV = os.path.join(FIXTURES, "finetune", "glue", "SST-2", "dev.tsv")
+MRC_DEV = os.path.join(FIXTURES, "mrc", "checklist_demo_cut.json")
+PEERS_INT8 = ("transformers-int8", "onnxruntime-int8")
+OPENVINO_INT8 = ("openvino-int8w", "openvino-int8")
+
+
+def openvino_installed() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("openvino", "nncf"))
+
+
+def bertfam_int8_api() -> bool:
+    from bertfam.modeling.optimize import optimize_for_inference
+
+    return "int8" in inspect.signature(optimize_for_inference).parameters
+
+
+@pytest.fixture(scope="module")
+def acc(tmp_path_factory):
+    from bertfam import HeadConfig, Tokenizer, build_model, preset
+
+    out = tmp_path_factory.mktemp("int8acc")
+    tok = Tokenizer.from_vocab(ZH_VOCAB)
+    for name, head in (("cls", HeadConfig(task="classification", num_labels=2, labels=["0", "1"])),
+                       ("span", HeadConfig(task="span"))):
+        cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=2, max_position_embeddings=512,
+                     head=head)
+        build_model(cfg, seed=0).save_pretrained(str(out / name), tokenizer=tok)
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "int8_accuracy.py"), "--models", "bert-tiny",
+           "--limit", "6", "--threads", "1", "--sst2-model", str(out / "cls"), "--sst2-dev", SST2_DEV,
+           "--mrc-model", str(out / "span"), "--mrc-dev", MRC_DEV, "--out-dir", str(out),
+           "--workdir", str(out / "work")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
+                       env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.load(open(out / "int8_accuracy.json")), (out / "int8_accuracy.md").read_text()
+
+
+def test_int8_accuracy_smoke(acc):
+    res, md = acc
+    assert res["limit"] == 6 and not res["skipped"]
+    hidden = res["hidden"]
+    assert len(hidden) == 3  # bert-tiny random weights + the two "real" models
+    for name, h in hidden.items():
+        for e in PEERS_INT8:
+            s = h["engines"][e]["vs_own_fp32"]
+            assert 0 < s["max_abs_diff"] < 0.5 and s["mean_abs_diff"] <= s["max_abs_diff"], (name, e)
+        for e in ("onnxruntime", "bertfam"):  # fp32 engines: the same weights as transformers
+            assert h["engines"][e]["vs_transformers_fp32"]["max_abs_diff"] < 1e-3, (name, e)
+        assert all(r["available"] or r["reason"] for r in h["engines"].values())
+    sst2 = res["sst2"]
+    assert sst2["examples"] == 6
+    for e in ("bertfam", "transformers", "transformers-int8"):
+        assert 0 <= sst2["engines"][e]["accuracy"] <= 100
+    assert sst2["fp32_max_abs_logit_diff_bertfam_vs_transformers"] < 1e-3
+    assert 0 <= sst2["engines"]["transformers-int8"]["agreement_with_fp32"] <= 100
+    mrc = res["mrc"]
+    assert mrc["examples"] == 6 and mrc["engines"]["bertfam"]["all"]["n"] == 6
+    assert "forced_answerable" in mrc["engines"]["bertfam"]
+    for title in ("### Hidden states", "### SST-2 dev accuracy", "### MRC on the checklist-like dev"):
+        assert title in md
+
+
+def test_int8_accuracy_openvino(acc):
+    res, _ = acc
+    engines = next(iter(res["hidden"].values()))["engines"]
+    if not openvino_installed():
+        assert all(not engines[e]["available"] and "does not import" in engines[e]["reason"]
+                   for e in ("openvino",) + OPENVINO_INT8)
+        pytest.skip("openvino / nncf not installed (pip install -e '.[bench]'): reported unavailable")
+    assert engines["openvino"]["vs_transformers_fp32"]["max_abs_diff"] < 1e-3
+    for e in OPENVINO_INT8:
+        assert 0 < engines[e]["vs_own_fp32"]["max_abs_diff"] < 0.5, e
+
+
+def test_int8_accuracy_bertfam_int8(acc):
+    res, md = acc
+    if not bertfam_int8_api():
+        assert res["bertfam_int8"] != "available"
+        assert not res["sst2"]["engines"]["bertfam-int8"]["available"]
+        pytest.skip(f"bertfam int8 not measured: {res['bertfam_int8']}")
+    assert res["bertfam_int8"] == "available"
+    for name, h in res["hidden"].items():
+        s = h["engines"]["bertfam-int8"]["vs_own_fp32"]
+        assert 0 < s["max_abs_diff"] < 0.5, name
+    r = res["sst2"]["engines"]["bertfam-int8"]
+    assert r["available"] and "accuracy_change" in r and 0 <= r["agreement_with_fp32"] <= 100
+    m = res["mrc"]["engines"]["bertfam-int8"]
+    assert m["available"] and 0 <= m["same_answer"] <= 6 and "F1_change" in m
+    assert "| bertfam-int8 |" in md
