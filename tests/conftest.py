@@ -33,6 +33,16 @@ def minilm_dir():
     return f()
 
 
+def cli(capsys, *args):
+    """`bertfam ARGS` in this process (no interpreter start-up): (exit code, stdout, stderr) of this call only."""
+    from bertfam.cli import main
+
+    capsys.readouterr()
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
 def run_cli(*args, cwd=None):
     """Run `python -m bertfam ARGS` in a subprocess; returns CompletedProcess."""
     import subprocess

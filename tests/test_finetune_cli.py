@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from bertfam.cli import main
 
-from .conftest import FIXTURES, ZH_VOCAB, run_cli
+from .conftest import FIXTURES, ZH_VOCAB, cli, run_cli
 
 FT = os.path.join(FIXTURES, "finetune")
 FAST = ["--batch-size", "8", "--lr", "1e-3", "--max-length", "64", "--no-progress"]
@@ -34,12 +33,6 @@ def tiny(tmp_path_factory):
                  intermediate_size=64, num_hidden_layers=2, max_position_embeddings=128)
     build_model(cfg, seed=0).save_pretrained(d, tokenizer=tok)
     return d
-
-
-def cli(capsys, *args):
-    rc = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 def test_classification_finetune_evaluate_predict_reload(tiny, tmp_path, capsys):

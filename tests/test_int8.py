@@ -13,14 +13,13 @@ import torch
 
 import bertfam
 from bertfam import HeadConfig
-from bertfam.cli import main
 from bertfam.errors import CheckpointError, ConfigError
 from bertfam.modeling import int8 as int8_mod
 from bertfam.modeling import optimize
 from bertfam.modeling.int8 import Int8Embedding, Int8Linear, Int8MLMPredictor, is_int8, quantize_int8
 from bertfam.modeling.optimize import optimize_for_inference, restore_plain, reuses_buffers
 
-from .conftest import FIXTURES, ZH_VOCAB
+from .conftest import FIXTURES, ZH_VOCAB, cli
 from .test_varlen import HEADS, _batch
 
 SMALL = dict(vocab_size=300, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024,
@@ -333,12 +332,6 @@ def int8_calls(monkeypatch):
     real = Int8Linear.forward
     monkeypatch.setattr(Int8Linear, "forward", lambda self, x: calls.append(1) or real(self, x))
     return calls
-
-
-def cli(capsys, *args):
-    rc = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 def test_quantize_command_info_and_errors(dirs, tmp_path, capsys):

@@ -11,7 +11,7 @@ import torch
 
 import bertfam
 
-from .conftest import FIXTURES, ROOT
+from .conftest import FIXTURES, ROOT, cli
 
 CORPUS = os.path.join(FIXTURES, "pretrain", "zh_small.txt")
 WORKER = os.path.join(FIXTURES, "pretrain", "ddp_worker.py")
@@ -38,16 +38,6 @@ def _args(tiny, out, *extra):
     return ["pretrain", "--model-config", tiny / "model.json", "--vocab", tiny / "vocab.txt", "--corpus", CORPUS,
             "--out", out, "--max-seq-len", "32", "--batch-size", "4", "--lr", "1e-3", "--log-every", "1",
             "--eval-every-doc", "5", "--no-progress", "--threads", "1", *extra]
-
-
-def cli(capsys, *args):
-    """`bertfam ARGS` in this process (no interpreter start-up): (exit code, stdout, stderr)."""
-    from bertfam.cli import main
-
-    capsys.readouterr()
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def _weights(path):
