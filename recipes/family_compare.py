@@ -38,6 +38,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START = time.monotonic()
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "recipes"))
+import doc_section  # noqa: E402  (recipes/doc_section.py)
 
 OBJECTIVES = ("bert", "roberta", "ernie", "albert")
 TASKS = ("chnsenticorp", "tnews", "cluener", "mrc")
@@ -386,14 +388,7 @@ PRETRAIN_WHAT = {
 
 
 def replace_section(doc: str, text: str) -> None:
-    old = open(doc, encoding="utf-8").read() if os.path.isfile(doc) else f"{BEGIN}\n{END}\n"
-    if BEGIN not in old or END not in old:
-        raise SystemExit(f"{doc}: no {BEGIN} ... {END} markers to put the table between")
-    i, j = old.index(BEGIN) + len(BEGIN), old.index(END)
-    tmp = doc + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(old[:i] + "\n" + text + "\n" + old[j:])
-    os.replace(tmp, doc)
+    doc_section.replace_section(doc, text, BEGIN, END)
 
 
 def chart(run_dir: str, results: dict, objectives: list, path: str) -> None:

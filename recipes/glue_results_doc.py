@@ -12,7 +12,10 @@ import json
 import os
 import sys
 
-from bertfam.evaluation.glue import BERT_BASE_PAPER_TEST
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import doc_section  # noqa: E402  (recipes/ beside this script)
+
+from bertfam.evaluation.glue import BERT_BASE_PAPER_TEST  # noqa: E402
 
 # MiniLM 6x384 (22M parameters, the base all-MiniLM-L6-v2 was trained from), GLUE dev, as published in the
 # table of the microsoft/xtremedistil-l6-h384-uncased model card; the other tasks are not in that table.
@@ -42,12 +45,7 @@ def table(run: str) -> str:
 
 
 def replace_section(doc: str, text: str) -> None:
-    old = open(doc, encoding="utf-8").read() if os.path.isfile(doc) else f"{BEGIN}\n{END}\n"
-    if BEGIN not in old or END not in old:
-        raise SystemExit(f"{doc}: no {BEGIN} ... {END} markers to put the table between")
-    a, b = old.index(BEGIN) + len(BEGIN), old.index(END)
-    with open(doc, "w", encoding="utf-8") as f:
-        f.write(old[:a] + "\n" + text + "\n" + old[b:])
+    doc_section.replace_section(doc, text, BEGIN, END)
 
 
 if __name__ == "__main__":
