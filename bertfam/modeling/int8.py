@@ -204,6 +204,12 @@ class _PackedCache(nn.Module):
         """The float32 weights the int8 ones stand for, (out, in) / (V, E)."""
         return dequantize_rows(self.weight_int8, self.weight_scale)
 
+    def packed(self):
+        """The packed int8 weights (with this module's own `bias`, if it has one), packed on first use."""
+        if self._packed is None:
+            self._packed = pack_linear(self.weight_int8, self.weight_scale, getattr(self, "bias", None))
+        return self._packed
+
 
 class Int8Linear(_PackedCache):
     """nn.Linear for inference with int8 weights (per output channel) and dynamically quantized activations:
@@ -228,10 +234,7 @@ class Int8Linear(_PackedCache):
         _inference_only(self, x)
         if x.numel() == 0:
             return x.new_zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
-        packed = self._packed
-        if packed is None:
-            packed = self._packed = pack_linear(self.weight_int8, self.weight_scale, self.bias)
-        return int8_linear(x, packed)
+        return int8_linear(x, self.packed())
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
@@ -273,10 +276,7 @@ class Int8Embedding(_PackedCache):
         if h.numel() == 0:
             y = h.new_zeros(*h.shape[:-1], self.num_embeddings, dtype=torch.float32)
         else:
-            packed = self._packed
-            if packed is None:
-                packed = self._packed = pack_linear(self.weight_int8, self.weight_scale, None)
-            y = int8_linear(h, packed)
+            y = int8_linear(h, self.packed())
         return y.add_(bias) if bias is not None else y
 
     def extra_repr(self) -> str:
