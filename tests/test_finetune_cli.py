@@ -391,6 +391,8 @@ def test_long_ner_sentence_is_windowed_and_merged(tiny):
     feats = fb.build([Example("x", tokens=text, tags=tags), Example("y", tokens=list("王五"), tags=["B-name", "I-name"])])
     wins = [f for f in feats if f["example"] == 0]
     assert len(wins) >= 3 and all(f["length"] <= 20 for f in feats) and fb.windowed == 1
+    fb.build([Example("z", tokens=list("王五"), tags=["B-name", "I-name"])])
+    assert fb.windowed == 0  # counts are per build() call: the dev file is not charged with train's windows
     for f in wins:  # every character in a window carries its own gold tag on its token
         for j, ti in enumerate(f["first"]):
             if ti >= 0:

@@ -56,6 +56,7 @@ class FeatureBuilder:
 
     # ------------------------------------------------------------------ building
     def build(self, examples: Sequence[Example], with_labels: bool = True) -> list[dict]:
+        self.truncated = self.windowed = 0  # counts of this call (train and dev are built by one builder)
         if self.spec.kind == "token":
             feats = self._token_features(examples, with_labels)
         else:
