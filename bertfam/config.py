@@ -103,7 +103,9 @@ class MRCSettings(TypedSettings):
     import) runs with these defaults.
 
     No-answer rule (`tasks.mrc.answered`): answer iff best span - null score > null_threshold AND
-    P(answerable) >= answerable_threshold (a model without the classifier: the first test alone)."""
+    P(answerable) >= answerable_threshold (a model without the classifier: the first test alone) AND, when
+    the model directory holds a question-passage verifier (`verifier`, a directory relative to the model's),
+    its relevance score >= verifier_threshold."""
 
     WHERE = "head.mrc"
 
@@ -115,12 +117,21 @@ class MRCSettings(TypedSettings):
     use_title: bool = True  # the title goes before the passage
     null_threshold: float = 0.0
     answerable_threshold: float = 0.5
+    answer_extension: str = "none"  # widen spans to their clause / sentence (tasks.mrc.decoding.extend_span)
+    verifier: Optional[str] = None  # a verifier model directory, relative to the model's (tasks.mrc.verifier)
+    verifier_threshold: float = -1.0  # verifier score needed (a cosine in [-1, 1], or P in [0, 1]); -1: all pass
 
     def check(self) -> None:
         for name in ("max_length", "max_query_length", "max_answer_length", "n_best"):
             self.need(getattr(self, name) > 0, name, "a positive integer")
         self.need(self.doc_stride >= 0, "doc_stride", "a non-negative integer")
         self.need(0.0 <= self.answerable_threshold <= 1.0, "answerable_threshold", "a probability in [0, 1]")
+        self.need(self.answer_extension in ("none", "clause", "sentence"), "answer_extension",
+                  "one of none, clause, sentence")
+        self.need(-1.0 <= self.verifier_threshold <= 1.0, "verifier_threshold", "a score in [-1, 1]")
+        self.need(self.verifier is None or (isinstance(self.verifier, str) and self.verifier.strip() != ""
+                                            and not os.path.isabs(self.verifier)),
+                  "verifier", "a directory name relative to the model directory")
 
 
 @dataclass

@@ -386,7 +386,7 @@ def test_int8_flags_mrc_predict_ask_and_demo(dirs, tmp_path, capsys, int8_calls)
 
     run(dirs["span"], limit=2, int8=True)
     out = capsys.readouterr().out
-    assert int8_calls and "parameters, int8;" in out and "--int8 --port" in out
+    assert int8_calls and "parameters, int8\n" in out and "--int8 --port" in out
 
 
 def test_pipeline_and_service_int8(dirs, int8_calls):

@@ -2,6 +2,7 @@
 from the checkpoint I/O of `checkpoint/io.py`)."""
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
@@ -50,4 +51,5 @@ def from_pretrained(path: str, task: Optional[str] = None, *, load_tokenizer: bo
                or saved_task != cfg.head.task or not native, seed=seed)
     if load_tokenizer:
         model.tokenizer = read_tokenizer(path, cfg)
+    model.name_or_path = os.path.abspath(path)  # where it came from: files that travel with it (an MRC verifier) are found there
     return model.eval()

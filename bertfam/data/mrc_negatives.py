@@ -43,16 +43,22 @@ def answer_removed_negative(ex: MRCExample, min_chars: int = 40) -> Optional[MRC
 
 
 def similar_passage_negatives(examples: Sequence[MRCExample], pool: Optional[Sequence[MRCExample]] = None,
-                              per_question: int = 1, rank: int = 0, seed: int = 0) -> list[MRCExample]:
+                              per_question: int = 1, rank: int = 0, seed: int = 0,
+                              other_questions_only: bool = False) -> list[MRCExample]:
     """For each answerable example, `per_question` unanswerable copies whose passage is one of the passages
     of `pool` (default: the examples themselves) most similar to the question (char 1-2-gram TF-IDF,
     cosine), not its own passage and containing none of its answer texts. `rank` skips that many of the
-    most similar passages first (the very nearest are the likeliest to answer the question after all)."""
+    most similar passages first (the very nearest are the likeliest to answer the question after all).
+    other_questions_only: never a passage that the pool pairs with the same question (DuReader gives one
+    question several paragraphs, and its other paragraphs often answer it in other words)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     pool = list(pool) if pool is not None else list(examples)
     contexts = sorted({p.context for p in pool})
     titles = {p.context: p.title for p in pool}
+    owners: dict[str, set] = {}
+    for p in pool:
+        owners.setdefault(p.context, set()).add(p.question)
     if not contexts:
         return []
     vec = TfidfVectorizer(analyzer="char", ngram_range=(1, 2), sublinear_tf=True, min_df=1)
@@ -70,6 +76,8 @@ def similar_passage_negatives(examples: Sequence[MRCExample], pool: Optional[Seq
             for j in np.argsort(-row + rng.uniform(0, 1e-9, row.shape)):  # tiny jitter: deterministic ties
                 c = contexts[j]
                 if c == ex.context or any(t and t in c for t in ex.answer_texts):
+                    continue
+                if other_questions_only and ex.question in owners[c]:
                     continue
                 if skipped < rank:
                     skipped += 1

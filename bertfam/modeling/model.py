@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -14,6 +15,8 @@ from .encoder import Encoder
 from .heads import HEAD_PARTS, IGNORE, MLMPredictor, build_head  # noqa: F401  (IGNORE: re-exported)
 from .layout import EncoderOutput, choose_layout, packed_by_default
 from .varlen import unpad
+
+log = logging.getLogger("bertfam")
 
 TASKS = HEAD_TASKS
 SAVE_DTYPES = {"float32": torch.float32, "float16": torch.float16}  # weights on disk
@@ -118,6 +121,7 @@ class TaskModel(nn.Module):
         self.config = cfg
         self.backbone = BertfamModel(cfg)
         self.tokenizer = None  # attached by from_pretrained; written by save_pretrained
+        self.name_or_path: Optional[str] = None  # the directory from_pretrained read
         self.head = build_head(cfg, self.backbone.embeddings.word)
         parts = self.head.parts if self.head is not None else {}
         for name in HEAD_PARTS:  # in this order: the parameter order of older checkpoints and optimizers
@@ -195,6 +199,8 @@ class TaskModel(nn.Module):
         tok = tokenizer if tokenizer is not None else self.tokenizer
         if tok is not None:
             tok.save_pretrained(path)
+        # (DistillModel saves through this method too: it has no name_or_path)
+        _copy_verifier(self.config, getattr(self, "name_or_path", None), path)
 
     def num_parameters(self) -> dict:
         """Counts of unique parameters: total, embeddings, encoder (+ pooler), heads. An int8 model's weights
@@ -218,3 +224,17 @@ class TaskModel(nn.Module):
 def build_model(cfg: ModelConfig, seed: Optional[int] = None) -> TaskModel:
     """A randomly initialised model for `cfg` (heads from cfg.head)."""
     return TaskModel(cfg).init_weights(seed)
+
+
+def _copy_verifier(cfg: ModelConfig, home: Optional[str], path: str) -> None:
+    """An MRC model's verifier directory (head.mrc.verifier, next to config.json) goes with it."""
+    import shutil
+
+    name = cfg.head.mrc_settings.verifier if cfg.head.task == "span" else None
+    if not name or home is None:
+        return
+    src, dst = os.path.join(home, name), os.path.join(path, name)
+    if not os.path.isdir(src):
+        log.warning("%s: head.mrc.verifier names %s, which is not there; %s is written without it", home, name, path)
+    elif os.path.abspath(src) != os.path.abspath(dst):
+        shutil.copytree(src, dst, dirs_exist_ok=True)

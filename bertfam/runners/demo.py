@@ -96,21 +96,24 @@ def demo_examples() -> tuple[list, list]:
 
 def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None, int8: bool = False) -> dict:
     from ..evaluation.dureader import NO_ANSWER, Reference, evaluate, score_one
+    from ..config import INT8_MODULES
     from ..modeling.int8 import is_int8
     from ..tasks.mrc import predictor_from_models, predict_examples
 
     t0 = time.perf_counter()
     model = load_mrc_model(model_dir)
     predictor = predictor_from_models([model], [model_dir], int8=int8)
-    kind = ", int8" if is_int8(model) else ""  # an int8 checkpoint is int8 without the flag
+    q = model.config.quantization  # an int8 checkpoint is int8 without the flag
+    kind = (f", int8 {'+'.join(q.modules)}" if q is not None and set(q.modules) != set(INT8_MODULES)
+            else ", int8" if is_int8(model) else "")
     demo, hand = demo_examples()
     demo = demo[:limit] if limit else demo
     preds, nbest, qps = predict_examples(predictor, hand + demo)
     refs = OrderedDict((ex.qid, Reference(ex.answer_texts, ex.is_impossible, ex.qtype)) for ex in demo)
     n = model.num_parameters()["total"]
     print(f"model: {model_dir}\n  {model.config.family}, {model.config.num_hidden_layers} layers, hidden "
-          f"{model.config.hidden_size}, {n / 1e6:.1f}M parameters{kind}; no-answer thresholds: null "
-          f"{predictor.null_threshold:.2f}, P(answerable) {predictor.answerable_threshold:.2f}\n")
+          f"{model.config.hidden_size}, {n / 1e6:.1f}M parameters{kind}")
+    _print_rule(model, predictor)
     _print_seed_example(demo, preds, NO_ANSWER)
     shown = hand + demo[: max(0, rows - len(hand))]
     # "top span": the model's best span even when the no-answer rule declined it (what it would have said)
@@ -143,6 +146,23 @@ def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None, int8: 
           "  curl -s localhost:8000/v1/mrc -H 'content-type: application/json' -d '{\"question\": \"长江全长大约多少"
           "公里？\", \"passage\": \"长江全长约6300公里。\"}'")
     return {"model": model_dir, "questions_per_s": qps, **{k: v for k, v in result.items()}}
+
+
+def _print_rule(model, predictor) -> None:
+    """The no-answer rule and decoding the demo runs with (the model's tuned head.mrc)."""
+    from ..modeling.int8 import is_int8
+
+    rule = f"null {predictor.null_threshold:.2f}, P(answerable) {predictor.answerable_threshold:.2f}"
+    if predictor.verifier is not None:
+        v = predictor.verifier.model
+        rule += f", verifier relevance {predictor.verifier_threshold:.3f}"
+        print(f"  verifier: {model.config.head.mrc_settings.verifier}/, {v.config.num_hidden_layers} layers, "
+              f"{v.num_parameters()['total'] / 1e6:.1f}M parameters{', int8' if is_int8(v) else ''} "
+              "(question-passage relevance)")
+    print(f"  no-answer thresholds: {rule}")
+    if predictor.answer_extension != "none":
+        print(f"  answers widened to their {predictor.answer_extension}")
+    print()
 
 
 def _score_table(result: dict) -> str:

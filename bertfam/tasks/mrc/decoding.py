@@ -6,13 +6,21 @@ Decision rule for one question (all windows of its passage together):
 - SQuAD-2 null rule: diff = best span score - min over windows of the [CLS] null score (start[0] + end[0]);
 - answerability: p = max over windows of P(answerable) from the [CLS] classifier (a window without the
   answer was trained as unanswerable, so the answer's window decides);
-- answerable iff diff > null_threshold AND p >= answerable_threshold. Both thresholds live in the model's
-  config (`head.mrc`, a `config.MRCSettings`, with the windows the model was trained with), tuned on a dev
-  file by `thresholds.tune_thresholds`; a model without them uses MRCSettings' defaults (the only ones).
+- relevance: a separate question-passage verifier's score (`verifier.RelevanceVerifier`, cosine of the
+  question's and the passage's embeddings), when the predictor has one;
+- answerable iff diff > null_threshold AND p >= answerable_threshold AND (with a verifier) relevance >=
+  verifier_threshold. The thresholds live in the model's config (`head.mrc`, a `config.MRCSettings`, with
+  the windows the model was trained with), tuned on a dev file by `thresholds.tune_thresholds`; a model
+  without them uses MRCSettings' defaults (the only ones).
+
+Answer extension (`extend`): DuReader's references are often a whole clause or sentence while a reader's
+best span is a phrase inside it; "clause" / "sentence" widen each span to the clause (up to ，；。！？) or the
+sentence (up to 。！？) that holds it. Which one (or "none") is a decoding setting tuned on dev.
 """
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 
@@ -25,11 +33,36 @@ DEFAULT_ANSWERABLE_THRESHOLD = MRCSettings.answerable_threshold
 DEFAULT_MAX_ANSWER_LENGTH = MRCSettings.max_answer_length  # tokens
 
 
+EXTENSIONS = ("none", "clause", "sentence")
+# characters that end a sentence / a clause (full- and half-width); a newline ends both
+_SENTENCE_END = frozenset("。！？!?\n")
+_CLAUSE_END = _SENTENCE_END | frozenset("，,；;")
+
+
+def extend_span(passage: str, start: int, end: int, mode: str = "none") -> tuple[int, int]:
+    """(start, end) widened to the whole clause / sentence of `passage` that holds it ("none": unchanged).
+    The span keeps its own closing punctuation; leading spaces of the widened span are dropped."""
+    if mode == "none":
+        return start, end
+    stops = _CLAUSE_END if mode == "clause" else _SENTENCE_END
+    a = start
+    while a > 0 and passage[a - 1] not in stops:
+        a -= 1
+    b = end
+    # a span that already ends on a stop keeps it; else run to the next stop (excluded)
+    while b < len(passage) and passage[b - 1] not in stops and passage[b] not in stops:
+        b += 1
+    while a < start and passage[a].isspace():
+        a += 1
+    return a, b
+
+
 def decode(windows: list, passage: str, n_best: int = MRCSettings.n_best,
-           max_answer_length: int = MRCSettings.max_answer_length) -> dict:
+           max_answer_length: int = MRCSettings.max_answer_length, extend: str = "none") -> dict:
     """Combine the windows of one passage: n-best spans over all windows (character offsets into the
     passage; the same text from overlapping windows or repeated in the passage is listed once, at its
-    best score), null diff (best span - min null score) and max P(answerable)."""
+    best score), null diff (best span - min null score) and max P(answerable). extend: widen every span to
+    its clause / sentence (`extend_span`) before equal texts are merged."""
     cands: dict[tuple[int, int], float] = {}
     null = math.inf
     p_ans = None
@@ -46,7 +79,7 @@ def decode(windows: list, passage: str, n_best: int = MRCSettings.n_best,
             for e in e_idx:
                 if e < s or e - s + 1 > max_answer_length:
                     continue
-                span = (w.offsets[s][0], w.offsets[e][1])
+                span = extend_span(passage, w.offsets[s][0], w.offsets[e][1], extend)
                 score = float(start[s] + end[e])
                 if score > cands.get(span, -math.inf):
                     cands[span] = score
@@ -63,14 +96,17 @@ def decode(windows: list, passage: str, n_best: int = MRCSettings.n_best,
         nbest = [{"text": passage[a:b], "start": a, "end": b, "score": sc, "prob": float(pr)}
                  for ((a, b), sc), pr in zip(ranked, probs)]
     diff = nbest[0]["score"] - null if nbest and null < math.inf else -math.inf
-    return {"nbest": nbest, "null_diff": diff, "p_answerable": p_ans}
+    return {"nbest": nbest, "null_diff": diff, "p_answerable": p_ans, "relevance": None}
 
 
-def answered(raw: dict, null_threshold: float, answerable_threshold: float) -> bool:
-    """The no-answer rule on one question's `decode` result: a span, its null diff above the threshold and
-    (when the model has the classifier) P(answerable) at or above its threshold."""
-    p = raw["p_answerable"]
-    return bool(raw["nbest"]) and raw["null_diff"] > null_threshold and (p is None or p >= answerable_threshold)
+def answered(raw: dict, null_threshold: float, answerable_threshold: float,
+             verifier_threshold: Optional[float] = None) -> bool:
+    """The no-answer rule on one question's `decode` result: a span, its null diff above the threshold,
+    (when the model has the classifier) P(answerable) at or above its threshold and (when a verifier scored
+    it, raw["relevance"], and a verifier_threshold is given) the relevance at or above that."""
+    p, rel = raw["p_answerable"], raw.get("relevance")
+    return (bool(raw["nbest"]) and raw["null_diff"] > null_threshold and (p is None or p >= answerable_threshold)
+            and (rel is None or verifier_threshold is None or rel >= verifier_threshold))
 
 
 def _top(logits: np.ndarray, valid: np.ndarray, k: int) -> list[int]:

@@ -1,8 +1,10 @@
 """`MRCPredictor`: windows -> model forward (one model, or several sharing a tokenizer: their logits averaged)
--> `decoding.decode` per question -> the no-answer rule (`decoding.answered`) with the model's thresholds."""
+-> `decoding.decode` per question (+ the verifier's relevance, when there is one) -> the no-answer rule
+(`decoding.answered`) with the model's thresholds."""
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -11,7 +13,7 @@ import torch
 from ...data.mrc_windows import Window, build_windows, collate_windows
 from ...errors import ConfigError, DataError
 from ...modeling.optimize import optimize_for_inference
-from .decoding import answered, decode
+from .decoding import EXTENSIONS, answered, decode
 
 
 def _as_list(model) -> list:
@@ -29,13 +31,17 @@ class MRCPredictor:
 
     Settings left as None are the model's (`head.mrc`: the first model's windows and decoding, the members'
     mean thresholds), else MRCSettings' defaults. int8: quantize the models for CPU inference
-    (`optimize_for_inference(m, int8=True)`, modeling/int8.py; an int8 checkpoint is int8 anyway)."""
+    (`optimize_for_inference(m, int8=True)`, modeling/int8.py; an int8 checkpoint is int8 anyway).
+
+    verifier: None = the one the first model's `head.mrc.verifier` names (a directory next to its
+    config.json; none if it names none), False = no verifier, a directory path or a `RelevanceVerifier`."""
 
     def __init__(self, model, tokenizer=None, max_length: Optional[int] = None, doc_stride: Optional[int] = None,
                  max_answer_length: Optional[int] = None, n_best: Optional[int] = None, batch_size: int = 32,
                  max_query_length: Optional[int] = None,
                  use_title: Optional[bool] = None, null_threshold: Optional[float] = None,
-                 answerable_threshold: Optional[float] = None, int8: bool = False):
+                 answerable_threshold: Optional[float] = None, int8: bool = False, verifier=None,
+                 verifier_threshold: Optional[float] = None, answer_extension: Optional[str] = None):
         self.models = _as_list(model)
         if not self.models:
             raise ConfigError("MRCPredictor needs at least one model")
@@ -68,6 +74,11 @@ class MRCPredictor:
         self.answerable_threshold = pick(answerable_threshold,
                                          float(np.mean([s.answerable_threshold for s in settings])))
         self.has_answerability = all(m.span.answerable is not None for m in self.models)
+        self.answer_extension = pick(answer_extension, first.answer_extension)
+        if self.answer_extension not in EXTENSIONS:
+            raise ConfigError(f"answer_extension {self.answer_extension!r} not in {', '.join(EXTENSIONS)}")
+        self.verifier = _verifier_of(self.models[0], verifier)
+        self.verifier_threshold = pick(verifier_threshold, first.verifier_threshold)
 
     # ------------------------------------------------------------------ public API
     def predict(self, question: str, passage: str, title: Optional[str] = None) -> dict:
@@ -85,9 +96,21 @@ class MRCPredictor:
         return out
 
     def raw_scores(self, items: Sequence[dict]) -> list[dict]:
-        """Per item: n-best spans (character offsets), the best null diff and max P(answerable)."""
-        return [decode(ws, it["passage"], self.n_best, self.max_answer_length)
+        """Per item: n-best spans (character offsets), the best null diff, max P(answerable) and the
+        verifier's relevance (None without a verifier)."""
+        raws = [decode(ws, it["passage"], self.n_best, self.max_answer_length, self.answer_extension)
                 for ws, it in zip(self.window_scores(items), items)]
+        rel = self.relevance(items)
+        for r, v in zip(raws, rel if rel is not None else []):
+            r["relevance"] = float(v)
+        return raws
+
+    def relevance(self, items: Sequence[dict]) -> Optional[np.ndarray]:
+        """(N,) the verifier's question-passage relevance, or None when the predictor has no verifier."""
+        if self.verifier is None:
+            return None
+        return self.verifier.scores([{"question": it["question"], "passage": it["passage"],
+                                      "title": it.get("title") if self.use_title else None} for it in items])
 
     def window_scores(self, items: Sequence[dict]) -> list[list[tuple]]:
         """Per item: its windows' (window, start logits, end logits, P(answerable)), the input of `decode`
@@ -104,7 +127,7 @@ class MRCPredictor:
     def decide(self, raw: dict, details: bool = False) -> dict:
         best = raw["nbest"][0] if raw["nbest"] else None
         p = raw["p_answerable"]
-        ok = answered(raw, self.null_threshold, self.answerable_threshold)
+        ok = answered(raw, self.null_threshold, self.answerable_threshold, self.verifier_threshold)
         if ok:
             res = {"answer": best["text"], "start": best["start"], "end": best["end"],
                    "score": float(best["prob"] * (p if p is not None else 1.0)), "answerable": True}
@@ -112,7 +135,8 @@ class MRCPredictor:
             conf = 1.0 - p if p is not None else _sigmoid(-raw["null_diff"])
             res = {"answer": None, "start": None, "end": None, "score": float(conf), "answerable": False}
         if details:
-            res.update(nbest=raw["nbest"], null_diff=raw["null_diff"], p_answerable=p)
+            res.update(nbest=raw["nbest"], null_diff=raw["null_diff"], p_answerable=p,
+                       relevance=raw.get("relevance"))
         return res
 
     # ------------------------------------------------------------------ model
@@ -148,6 +172,30 @@ class MRCPredictor:
                        float(prob[j] / n) if prob is not None else None)
 
 
+def _verifier_of(model, verifier):
+    """The RelevanceVerifier `verifier` asks for (see MRCPredictor), loaded once."""
+    from .verifier import RelevanceVerifier
+
+    if verifier is False:
+        return None
+    if verifier is None:
+        name = model.config.head.mrc_settings.verifier
+        home = getattr(model, "name_or_path", None)
+        if name is None:
+            return None
+        if home is None:  # a model built in memory: its verifier cannot be found
+            raise ConfigError(f"the model's head.mrc.verifier is {name!r} but the model was not loaded from a "
+                              "directory; pass verifier= (a directory or False)")
+        verifier = os.path.join(home, name)
+        if not os.path.isdir(verifier):
+            raise ConfigError(f"{verifier}: the model's verifier (head.mrc.verifier) is not there; `bertfam mrc "
+                              f"build-verifier {home}` builds an e5 one (make does, for the shipped model), or run "
+                              "without it (--no-verifier, verifier=False)")
+    if isinstance(verifier, str):
+        return RelevanceVerifier.load(verifier)
+    return verifier
+
+
 def _sigmoid(x: float) -> float:
     if x == -math.inf:
         return 0.0
@@ -171,5 +219,5 @@ def _check_item(it: Any, i: int) -> dict:
 def _empty_result(details: bool) -> dict:
     r = {"answer": None, "start": None, "end": None, "score": 1.0, "answerable": False}
     if details:
-        r.update(nbest=[], null_diff=-math.inf, p_answerable=None)
+        r.update(nbest=[], null_diff=-math.inf, p_answerable=None, relevance=None)
     return r

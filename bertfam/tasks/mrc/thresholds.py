@@ -12,25 +12,35 @@ from ...errors import ConfigError
 from .decoding import DEFAULT_ANSWERABLE_THRESHOLD, DEFAULT_NULL_THRESHOLD, NO_ANSWER
 
 
+RULES = ("both", "null", "cls", "verifier", "all")
+
+
 def tune_thresholds(predictor, examples: Sequence) -> dict:
     """Grid-search (null_threshold, answerable_threshold) for the best official DuReader F1 on `examples`
     (EM breaks ties). Returns the chosen values and the dev scores before/after."""
     items = [{"question": ex.question, "passage": ex.context, "title": ex.title} for ex in examples]
     return tune_on_raw(predictor.raw_scores(items), examples, predictor.null_threshold,
-                       predictor.answerable_threshold, predictor.has_answerability)
+                       predictor.answerable_threshold, predictor.has_answerability,
+                       rule="all" if getattr(predictor, "verifier", None) is not None else "both",
+                       verifier_threshold=getattr(predictor, "verifier_threshold", -1.0))
 
 
 def tune_on_raw(raws: Sequence[dict], examples: Sequence, null_threshold: float = DEFAULT_NULL_THRESHOLD,
                 answerable_threshold: float = DEFAULT_ANSWERABLE_THRESHOLD, has_answerability: bool = True,
-                rule: str = "both") -> dict:
+                rule: str = "both", verifier_threshold: float = -1.0) -> dict:
     """tune_thresholds on scores already computed (MRCPredictor.raw_scores / decode), so that several
     decoding settings can be tuned on one forward pass. rule: "both" (span null score AND P(answerable)),
-    "null" (span null score alone) or "cls" (the answerability classifier alone)."""
+    "null" (span null score alone), "cls" (the answerability classifier alone), "verifier" (the verifier's
+    relevance alone) or "all" (the three together; "verifier" and "all" need raw["relevance"]). Thresholds a
+    rule does not use come back at the values that let every question through."""
     from ...evaluation.dureader import Reference, score_one
 
-    if rule not in ("both", "null", "cls"):
-        raise ConfigError(f"rule {rule!r} not in both/null/cls")
-    f1a, ema, f1n, emn, diffs, probs = [], [], [], [], [], []
+    if rule not in RULES:
+        raise ConfigError(f"rule {rule!r} not in {'/'.join(RULES)}")
+    uses_verifier = rule in ("verifier", "all")
+    if uses_verifier and any(r.get("relevance") is None for r in raws):
+        raise ConfigError(f"rule {rule!r} needs the verifier's relevance for every question")
+    f1a, ema, f1n, emn, diffs, probs, rels = [], [], [], [], [], [], []
     for ex, raw in zip(examples, raws):
         ref = Reference(ex.answer_texts, ex.is_impossible, ex.qtype)
         text = raw["nbest"][0]["text"] if raw["nbest"] else None
@@ -39,30 +49,38 @@ def tune_on_raw(raws: Sequence[dict], examples: Sequence, null_threshold: float 
         f1a.append(fa); ema.append(ea); f1n.append(fn); emn.append(en)  # noqa: E702
         diffs.append(raw["null_diff"] if text is not None else -math.inf)
         probs.append(raw["p_answerable"] if raw["p_answerable"] is not None else 1.0)
+        rels.append(raw["relevance"] if uses_verifier else 1.0)
     f1a, ema, f1n, emn = map(np.array, (f1a, ema, f1n, emn))
-    diffs, probs = np.array(diffs), np.array(probs)
+    diffs, probs, rels = np.array(diffs), np.array(probs), np.array(rels, dtype=float)
     finite = diffs[np.isfinite(diffs)]
     null_grid = np.unique(np.concatenate([[-1e9, 0.0], np.quantile(finite, np.linspace(0, 1, 41)) - 1e-6]
                                          if finite.size else [[-1e9, 0.0]]))
     ans_grid = np.round(np.linspace(0.0, 0.95, 20), 2) if has_answerability else np.array([0.0])
-    if rule == "null":
+    # the verifier's grid: quantiles of its scores (a cosine; -1 lets every question through)
+    ver_grid = (np.unique(np.concatenate([[-1.0], np.clip(np.quantile(rels, np.linspace(0, 1, 21)) - 1e-6, -1, 1)]))
+                if uses_verifier else np.array([-1.0]))
+    if rule in ("null", "verifier"):
         ans_grid = np.array([0.0])
-    elif rule == "cls":
+    if rule in ("cls", "verifier"):
         null_grid = np.array([-1e9])
 
-    def score(tn: float, ta: float) -> tuple[float, float]:
-        answered = (diffs > tn) & (probs >= ta)
+    def score(tn: float, ta: float, tv: float) -> tuple[float, float]:
+        answered = (diffs > tn) & (probs >= ta) & (rels >= tv)
         return (float(np.where(answered, f1a, f1n).mean()), float(np.where(answered, ema, emn).mean()))
 
-    before = score(null_threshold, answerable_threshold)
-    best = (before, null_threshold, answerable_threshold) if rule == "both" else ((-1.0, -1.0), 0.0, 0.0)
-    for tn in null_grid:
-        for ta in ans_grid:
-            s = score(float(tn), float(ta))
-            if s > best[0]:
-                best = (s, float(tn), float(ta))
-    (f1, em), tn, ta = best
-    return {"null_threshold": tn, "answerable_threshold": ta, "dev_f1": 100 * f1, "dev_em": 100 * em,
+    start_v = verifier_threshold if uses_verifier else -1.0
+    before = score(null_threshold, answerable_threshold, start_v)
+    best = ((before, null_threshold, answerable_threshold, start_v) if rule in ("both", "all")
+            else ((-1.0, -1.0), 0.0, 0.0, -1.0))
+    for tv in ver_grid:
+        for tn in null_grid:
+            for ta in ans_grid:
+                s = score(float(tn), float(ta), float(tv))
+                if s > best[0]:
+                    best = (s, float(tn), float(ta), float(tv))
+    (f1, em), tn, ta, tv = best
+    return {"null_threshold": tn, "answerable_threshold": ta, "verifier_threshold": tv,
+            "dev_f1": 100 * f1, "dev_em": 100 * em,
             "dev_f1_before": 100 * before[0], "dev_em_before": 100 * before[1], "dev_questions": len(examples)}
 
 
@@ -75,6 +93,11 @@ def save_thresholds(model, model_dir: str, tuned: dict, tuned_on: str) -> None:
     new = {"null_threshold": float(tuned["null_threshold"]), "answerable_threshold": float(tuned["answerable_threshold"])}
     if tuned.get("max_answer_length"):  # tuned together with the thresholds
         new["max_answer_length"] = int(tuned["max_answer_length"])
+    for name in ("verifier_threshold", "answer_extension"):  # tuned with them
+        if tuned.get(name) is not None:
+            new[name] = tuned[name]
+    if "verifier" in tuned:  # chosen with them (None: the rule does without one)
+        new["verifier"] = tuned["verifier"]
     info = dict(head.info, thresholds_tuned_on=tuned_on, tuned_dev_f1=round(tuned["dev_f1"], 3))
     model.config.head = dataclasses.replace(head, mrc=dataclasses.replace(head.mrc_settings, **new), info=info)
     model.config.save(os.path.join(model_dir, "config.json"))
