@@ -2,12 +2,14 @@
 DuReader-checklist demo (held out: never trained or tuned on), per answerability, next to always "no answer".
 
 Tuned on dev only (official DuReader F1, EM breaks ties): the longest answer (tokens, --lengths), the
-no-answer rule (span null score, the answerability classifier, or both) and its thresholds. One forward
-pass per set; every setting is decoded from it.
+answer extension (none / clause / sentence, --extensions), the no-answer rule (span null score, the
+answerability classifier, both, and with --verifier the verifier alone or all three) and its thresholds.
+One forward pass per set; every setting is decoded from it.
 
 Usage: python recipes/mrc_checklist_eval.py MODEL_DIR [MODEL_DIR ...] --dev runs/mrc-data/dev_checklist_like.json
        [--demo ../shared/data/mrc/dureader_checklist/demo.json] [--save OUT_DIR] [--json OUT.json]
-       [--max-length 384] [--lengths 32,48,64,96,128] [--no-tune] [--tune-demo-half]
+       [--max-length 384] [--lengths 32,48,64,96,128] [--extensions none,clause,sentence]
+       [--rules both,null,cls,verifier,all] [--verifier VERIFIER_DIR] [--no-tune] [--tune-demo-half]
 """
 from __future__ import annotations
 
@@ -36,9 +38,29 @@ def items_of(examples) -> list[dict]:
     return [{"question": e.question, "passage": e.context, "title": e.title} for e in examples]
 
 
-def answers(raws, tn: float, ta: float) -> list[str]:
+def answers(raws, tn: float, ta: float, tv: float = -1.0) -> list[str]:
     """Each question's answer text (or NO_ANSWER) under the predictor's own no-answer rule."""
-    return [r["nbest"][0]["text"] if answered(r, tn, ta) else NO_ANSWER for r in raws]
+    return [r["nbest"][0]["text"] if answered(r, tn, ta, tv) else NO_ANSWER for r in raws]
+
+
+def signal_aucs(exs, raws) -> dict:
+    """ROC AUC of each answerability signal (answerable = positive): how well it ranks, apart from thresholds."""
+    from sklearn.metrics import roc_auc_score
+
+    y = [not e.is_impossible for e in exs]
+    if len(set(y)) < 2:
+        return {}
+    out = {"null_diff": [r["null_diff"] if r["nbest"] else -1e9 for r in raws],
+           "p_answerable": [r["p_answerable"] for r in raws], "relevance": [r.get("relevance") for r in raws]}
+    return {k: round(float(roc_auc_score(y, v)), 3) for k, v in out.items() if None not in v}
+
+
+def decoded(ws, exs, rel, pred, length: int, extension: str) -> list[dict]:
+    """decode() of each question's windows, with the verifier's relevance (rel: None without one)."""
+    raws = [decode(w, e.context, pred.n_best, length, extension) for w, e in zip(ws, exs)]
+    for r, v in zip(raws, rel if rel is not None else []):
+        r["relevance"] = float(v)
+    return raws
 
 
 def score(examples, preds: list[str]) -> dict:
@@ -68,6 +90,11 @@ def main() -> int:
     ap.add_argument("--max-length", type=int, default=None)
     ap.add_argument("--doc-stride", type=int, default=None)
     ap.add_argument("--lengths", default="32,48,64,96,128", help="max answer lengths (tokens) tried on dev")
+    ap.add_argument("--extensions", default="none,clause,sentence", help="answer extensions tried on dev")
+    ap.add_argument("--rules", default="both,null,cls,verifier,all",
+                    help="no-answer rules tried on dev (verifier, all: need a verifier)")
+    ap.add_argument("--verifier", default=None,
+                    help="a question-passage verifier directory (tasks/mrc/verifier.py); --save copies it in")
     ap.add_argument("--no-tune", action="store_true", help="score with the model's saved settings")
     ap.add_argument("--tune-demo-half", action="store_true",
                     help=f"tune on dev + the demo questions listed in {os.path.basename(TUNING_HALF)}; score the "
@@ -77,49 +104,57 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    pred = load_predictor(args.models, max_length=args.max_length, doc_stride=args.doc_stride)
-    sets = {}
+    pred = load_predictor(args.models, max_length=args.max_length, doc_stride=args.doc_stride,
+                          verifier=args.verifier)  # None: the model's own verifier, if it has one
+    sets = {}  # name -> (examples, window scores, relevance or None per example)
     for name, path in (("dev", args.dev), ("demo", args.demo)):
         exs, rep = read_mrc(path, source=name)
         print(rep.summary(), file=sys.stderr)
-        sets[name] = (exs, pred.window_scores(items_of(exs)))
-    report = {"models": args.models, "max_length": pred.max_length, "settings": []}
+        rel = pred.relevance(items_of(exs))
+        sets[name] = (exs, pred.window_scores(items_of(exs)), [None] * len(exs) if rel is None else list(rel))
+    report = {"models": args.models, "max_length": pred.max_length,
+              "verifier": args.verifier or (pred.models[0].config.head.mrc_settings.verifier
+                                            if pred.verifier is not None else None), "settings": []}
     if args.tune_demo_half:
         # the demo's tuning half joins dev for tuning; its other half is the held-out set
         half = set(open(TUNING_HALF, encoding="utf-8").read().split())
-        exs, ws = sets.pop("demo")
+        exs, ws, rel = sets.pop("demo")
         for name, keep in (("demo_tuning_half", True), ("demo_held_out_half", False)):
             idx = [i for i, e in enumerate(exs) if (e.qid in half) == keep]
-            sets[name] = ([exs[i] for i in idx], [ws[i] for i in idx])
-        sets["dev+demo_tuning_half"] = (sets["dev"][0] + sets["demo_tuning_half"][0],
-                                        sets["dev"][1] + sets["demo_tuning_half"][1])
-    dev_ex, dev_ws = sets["dev+demo_tuning_half" if args.tune_demo_half else "dev"]
+            sets[name] = ([exs[i] for i in idx], [ws[i] for i in idx], [rel[i] for i in idx])
+        sets["dev+demo_tuning_half"] = tuple(a + b for a, b in zip(sets["dev"], sets["demo_tuning_half"]))
+    dev_ex, dev_ws, dev_rel = sets["dev+demo_tuning_half" if args.tune_demo_half else "dev"]
     if args.no_tune:
-        chosen = {"max_answer_length": pred.max_answer_length, "rule": "saved",
-                  "null_threshold": pred.null_threshold, "answerable_threshold": pred.answerable_threshold}
+        chosen = {"max_answer_length": pred.max_answer_length, "answer_extension": pred.answer_extension,
+                  "rule": "saved", "null_threshold": pred.null_threshold,
+                  "answerable_threshold": pred.answerable_threshold, "verifier_threshold": pred.verifier_threshold}
     else:
+        rules = [r for r in args.rules.split(",")
+                 if (r not in ("both", "cls", "all") or pred.has_answerability)
+                 and (r not in ("verifier", "all") or pred.verifier is not None)]
         best = None
-        for L in (int(x) for x in args.lengths.split(",")):
-            raws = [decode(ws, e.context, pred.n_best, L) for ws, e in zip(dev_ws, dev_ex)]
-            forced = score(dev_ex, [r["nbest"][0]["text"] if r["nbest"] else NO_ANSWER for r in raws])
-            for rule in ("both", "null", "cls"):
-                if rule != "null" and not pred.has_answerability:
-                    continue
-                t = tune_on_raw(raws, dev_ex, pred.null_threshold, pred.answerable_threshold,
-                                pred.has_answerability, rule=rule)
-                row = {"max_answer_length": L, "rule": rule, "null_threshold": t["null_threshold"],
-                       "answerable_threshold": t["answerable_threshold"], "dev_f1": round(t["dev_f1"], 2),
-                       "dev_em": round(t["dev_em"], 2),
-                       "dev_forced_answerable_f1": forced["answerable"]["F1"]}
-                report["settings"].append(row)
-                print(json.dumps(row), file=sys.stderr)
-                if best is None or (row["dev_f1"], row["dev_em"]) > (best["dev_f1"], best["dev_em"]):
-                    best = row
+        for ext in args.extensions.split(","):
+            for L in (int(x) for x in args.lengths.split(",")):
+                raws = decoded(dev_ws, dev_ex, dev_rel, pred, L, ext)
+                forced = score(dev_ex, [r["nbest"][0]["text"] if r["nbest"] else NO_ANSWER for r in raws])
+                for rule in rules:
+                    t = tune_on_raw(raws, dev_ex, pred.null_threshold, pred.answerable_threshold,
+                                    pred.has_answerability, rule=rule)
+                    row = {"max_answer_length": L, "answer_extension": ext, "rule": rule,
+                           "null_threshold": t["null_threshold"], "answerable_threshold": t["answerable_threshold"],
+                           "verifier_threshold": t["verifier_threshold"], "dev_f1": round(t["dev_f1"], 2),
+                           "dev_em": round(t["dev_em"], 2), "dev_forced_answerable_f1": forced["answerable"]["F1"]}
+                    report["settings"].append(row)
+                    print(json.dumps(row), file=sys.stderr)
+                    if best is None or (row["dev_f1"], row["dev_em"]) > (best["dev_f1"], best["dev_em"]):
+                        best = row
         chosen = best
     report["chosen"] = chosen
-    for name, (exs, ws) in sets.items():
-        raws = [decode(w, e.context, pred.n_best, chosen["max_answer_length"]) for w, e in zip(ws, exs)]
-        report[name] = score(exs, answers(raws, chosen["null_threshold"], chosen["answerable_threshold"]))
+    rule = (chosen["null_threshold"], chosen["answerable_threshold"], chosen["verifier_threshold"])
+    for name, (exs, ws, rel) in sets.items():
+        raws = decoded(ws, exs, rel, pred, chosen["max_answer_length"], chosen["answer_extension"])
+        report[name] = score(exs, answers(raws, *rule))
+        report[name]["auc"] = signal_aucs(exs, raws)
         report[name]["forced_answerable"] = score(
             [e for e in exs if not e.is_impossible],
             [r["nbest"][0]["text"] if r["nbest"] else NO_ANSWER for r, e in zip(raws, exs) if not e.is_impossible]
@@ -128,11 +163,12 @@ def main() -> int:
     # the other half apart: only that half is held out for it
     seen = set(pred.models[0].config.head.info.get("demo_seen_qids", []))
     if seen and "demo" in sets:
-        exs, ws = sets["demo"]
+        exs, ws, rel = sets["demo"]
         keep = [i for i, e in enumerate(exs) if e.qid not in seen]
         sub = [exs[i] for i in keep]
-        raws = [decode(ws[i], exs[i].context, pred.n_best, chosen["max_answer_length"]) for i in keep]
-        report["demo_unseen_half"] = score(sub, answers(raws, chosen["null_threshold"], chosen["answerable_threshold"]))
+        raws = decoded([ws[i] for i in keep], sub, [rel[i] for i in keep], pred, chosen["max_answer_length"],
+                       chosen["answer_extension"])
+        report["demo_unseen_half"] = score(sub, answers(raws, *rule))
     print(json.dumps({k: v for k, v in report.items() if k != "settings"}, ensure_ascii=False, indent=1))
     if args.json:
         with open(args.json, "w") as f:
@@ -144,6 +180,14 @@ def main() -> int:
         if os.path.abspath(args.save) != os.path.abspath(args.models[0]):
             shutil.copytree(args.models[0], args.save, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("checkpoints", "best", "*.jsonl"))
+        uses = chosen["rule"] in ("verifier", "all")
+        verifier = pred.models[0].config.head.mrc_settings.verifier if uses else None
+        if args.verifier and uses:  # the verifier tuned with goes inside the model directory, as "verifier"
+            verifier = "verifier"
+            dst = os.path.join(args.save, verifier)
+            if os.path.abspath(dst) != os.path.abspath(args.verifier):
+                shutil.rmtree(dst, ignore_errors=True)
+                shutil.copytree(args.verifier, dst)
         m = pred.models[0]
         if args.tune_demo_half:  # `bertfam demo` then scores the held-out half apart
             seen = sorted(set(m.config.head.info.get("demo_seen_qids", [])) | half)
@@ -151,7 +195,10 @@ def main() -> int:
         save_thresholds(m, args.save, {"null_threshold": chosen["null_threshold"],
                                        "answerable_threshold": chosen["answerable_threshold"],
                                        "dev_f1": report["dev"]["all"]["F1"],
-                                       "max_answer_length": chosen["max_answer_length"]},
+                                       "max_answer_length": chosen["max_answer_length"],
+                                       "answer_extension": chosen["answer_extension"],
+                                       "verifier": verifier,
+                                       "verifier_threshold": chosen["verifier_threshold"]},
                         tuned_on=os.path.basename(args.dev) + (" + checklist demo tuning half"
                                                                if args.tune_demo_half else ""))
     return 0

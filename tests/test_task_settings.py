@@ -3,6 +3,7 @@ free-form head.extra, each default defined once; provenance in training_info.jso
 import dataclasses
 import inspect
 import json
+import os
 import shutil
 
 import pytest
@@ -77,11 +78,14 @@ def test_the_shipped_model_has_the_new_layout_and_its_old_values():
     d = json.load(open(f"{SHIPPED}/config.json"))
     assert "extra" not in d["head"]
     cfg = bertfam.from_pretrained(SHIPPED).config
-    # the values the old head.extra held (thresholds tuned by recipes/mrc_checklist_eval.py --tune-demo-half)
-    assert cfg.head.mrc == MRCSettings(max_length=256, doc_stride=128, max_answer_length=48, use_title=True,
-                                       null_threshold=2.545670463012695, answerable_threshold=0.9)
+    # decoding and thresholds tuned by recipes/mrc_checklist_eval.py --tune-demo-half --verifier (stage 8)
+    assert cfg.head.mrc == MRCSettings(max_length=256, doc_stride=128, max_answer_length=64, use_title=True,
+                                       null_threshold=-4.292355261875152, answerable_threshold=0.4,
+                                       answer_extension="sentence", verifier="verifier",
+                                       verifier_threshold=0.9024445308914184)
+    assert os.path.isfile(f"{SHIPPED}/verifier/config.json")
     info = read_training_info(SHIPPED)
-    assert info["tuned_dev_f1"] == 53.33 and len(info["demo_seen_qids"]) == 50 and cfg.head.info == info
+    assert info["tuned_dev_f1"] == 65.82 and len(info["demo_seen_qids"]) == 50 and cfg.head.info == info
 
 
 def test_an_old_copy_of_the_shipped_model_reads_the_same(tmp_path):
