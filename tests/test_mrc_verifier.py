@@ -207,7 +207,7 @@ def test_missing_verifier_is_a_config_error(tok, tmp_path):
     assert MRCPredictor(span, verifier=False).verifier is None
     span.save_pretrained(d)
     assert not os.path.exists(os.path.join(d, "gone"))
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(ConfigError, match="is not there; `bertfam mrc build-verifier .*` builds"):
         MRCPredictor(bertfam.from_pretrained(d))
     assert MRCPredictor(bertfam.from_pretrained(d), verifier=False).verifier is None
 
