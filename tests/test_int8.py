@@ -449,3 +449,43 @@ def test_engine_is_restored_and_packing_is_quiet(recwarn):
     assert torch.backends.quantized.engine == before
     assert not [w for w in recwarn if "quantiz" in str(w.message).lower()]
     assert int8_mod.ENGINES[0] == "onednn" and int8_mod.REDUCE_RANGE is False
+
+
+# ---------------------------------------------------------------- back to float, for training
+def test_dequantize_gives_trainable_float_modules_with_the_int8_weights(tmp_path):
+    """from_pretrained(int8 dir, dequantize=True): float modules holding exactly the weights the int8 ones
+    stood for, the MLM decoder still tied to the embeddings, no quantization record, gradients flow."""
+    from bertfam.modeling.int8 import Int8Linear, dequantize_int8
+
+    _, model, _, dst = _save_int8(tmp_path, dict(task="mlm"))
+    lin = model.backbone.encoder.layers[0].attn.qkv
+    assert isinstance(lin, Int8Linear)
+    want = lin.dequantize().clone()
+    back = bertfam.from_pretrained(str(dst), dequantize=True)
+    assert not is_int8(back) and back.config.quantization is None and type(back.mlm) is not Int8MLMPredictor
+    assert back.backbone.config is back.config  # still one shared config
+    assert torch.equal(back.backbone.encoder.layers[0].attn.qkv.weight, want)
+    assert back.mlm.word[0] is back.backbone.embeddings.word
+    assert torch.equal(back.backbone.embeddings.word.weight, model.backbone.embeddings.word.dequantize())
+    kw = _batch(back.config, B=2, T=8, seed=2)
+    back.train()
+    out = back(**kw, labels=kw["input_ids"])
+    out.loss.backward()
+    assert all(p.requires_grad for p in back.parameters()) and back.backbone.embeddings.word.weight.grad is not None
+    assert dequantize_int8(back) is back and not is_int8(back)  # nothing left to swap: a no-op
+    # a dequantized model saved again is a float checkpoint
+    back.save_pretrained(str(tmp_path / "again"))
+    assert "quantization" not in json.load(open(tmp_path / "again" / "config.json"))
+
+
+def test_mrc_train_starts_from_an_int8_checkpoint(dirs, tmp_path, capsys):
+    """The shipped MRC model stores int8 word embeddings: `mrc train --model` on such a directory trains."""
+    src = str(tmp_path / "span8")
+    rc, _, _ = cli(capsys, "quantize", dirs["span"], src, "--modules", "embeddings.word")
+    assert rc == 0
+    data = os.path.join(FIXTURES, "mrc", "checklist_demo_cut.json")
+    rc, _, err = cli(capsys, "mrc", "train", "--model", src, "--train", data, "--out", str(tmp_path / "out"),
+                     "--max-steps", "2", "--batch-size", "4", "--max-length", "96", "--doc-stride", "32")
+    assert rc == 0, err
+    out = bertfam.from_pretrained(str(tmp_path / "out"))
+    assert not is_int8(out) and out.config.quantization is None

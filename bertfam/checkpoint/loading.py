@@ -2,6 +2,7 @@
 from the checkpoint I/O of `checkpoint/io.py`)."""
 from __future__ import annotations
 
+import logging
 import os
 from typing import Optional
 
@@ -9,13 +10,15 @@ import torch
 
 from .io import fit_head, load_config, load_state, read_tokenizer, read_weights, with_task
 from ..convert.hf import state_from_hf
-from ..modeling.int8 import quantize_int8
+from ..modeling.int8 import dequantize_int8, quantize_int8
 from ..modeling.model import TaskModel
 
+log = logging.getLogger("bertfam")
 
 
 def from_pretrained(path: str, task: Optional[str] = None, *, load_tokenizer: bool = True,
-                    seed: int = 0, ignore_mismatched_sizes: bool = False, **head_kwargs) -> TaskModel:
+                    seed: int = 0, ignore_mismatched_sizes: bool = False, dequantize: bool = False,
+                    **head_kwargs) -> TaskModel:
     """Load a bertfam or Hugging Face checkpoint directory.
 
     task: None keeps the checkpoint's own head (if any); "encoder" drops it (the bare backbone); a
@@ -31,7 +34,8 @@ def from_pretrained(path: str, task: Optional[str] = None, *, load_tokenizer: bo
     An int8 checkpoint (config.json's `quantization`, written by `bertfam quantize`) loads straight into the
     int8 modules (modeling/int8.py): inference only, CPU only. Its tensors are checked against the record:
     a missing int8 tensor, one of another dtype or shape, or float weights under an int8 config.json are a
-    CheckpointError naming the file and the tensor.
+    CheckpointError naming the file and the tensor. dequantize=True turns such a model back into float
+    modules (the int8 rounding stays) so that it can be trained: the training commands pass it.
     """
     cfg, native = load_config(path)
     saved_task, saved_labels = cfg.head.task, list(cfg.head.labels)
@@ -51,5 +55,9 @@ def from_pretrained(path: str, task: Optional[str] = None, *, load_tokenizer: bo
                or saved_task != cfg.head.task or not native, seed=seed)
     if load_tokenizer:
         model.tokenizer = read_tokenizer(path, cfg)
+    if dequantize and cfg.quantization is not None:
+        log.info("%s: int8 checkpoint (%s) turned back into float weights for training", path,
+                 "+".join(cfg.quantization.modules))
+        dequantize_int8(model)
     model.name_or_path = os.path.abspath(path)  # where it came from: files that travel with it (an MRC verifier) are found there
     return model.eval()

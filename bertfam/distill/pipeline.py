@@ -36,7 +36,7 @@ def build_student(spec: str, teacher: TaskModel, head: HeadConfig, seed: int = 4
     if os.path.isdir(spec) and os.path.isfile(os.path.join(spec, "config.json")):
         kw = {"num_labels": head.num_labels, "labels": list(head.labels), "mrc": head.mrc,
               "finetune": head.finetune} if head.task else {}
-        student = from_pretrained(spec, task=head.task, seed=seed, **kw)
+        student = from_pretrained(spec, task=head.task, seed=seed, dequantize=True, **kw)
         if student.config.vocab_size != teacher.config.vocab_size:
             raise ConfigError(f"{spec}: student vocabulary ({student.config.vocab_size}) differs from the "
                               f"teacher's ({teacher.config.vocab_size})")

@@ -110,6 +110,51 @@ def quantize_int8(model: nn.Module, modules: Sequence[str] = INT8_MODULES) -> nn
     return model.eval()
 
 
+def dequantize_int8(model: nn.Module) -> nn.Module:
+    """The reverse swap: every int8 module back to its float kind, with the weights the int8 ones stand for
+    (the rounding stays), trainable again; the quantization record is dropped. In place; returns it. For
+    training from an int8 checkpoint (`from_pretrained(..., dequantize=True)`)."""
+    floats: dict = {}  # id(int8 module) -> its float twin: a tied embedding is swapped once
+
+    def twin(m):
+        if id(m) not in floats:
+            floats[id(m)] = _float_linear(m) if isinstance(m, Int8Linear) else _float_embedding(m)
+        return floats[id(m)]
+
+    for owner in list(model.modules()):
+        for name, child in list(owner.named_children()):
+            if isinstance(child, (Int8Linear, Int8Embedding)):
+                setattr(owner, name, twin(child))
+    for pred in [m for m in model.modules() if isinstance(m, MLMPredictor)]:
+        if isinstance(pred.word[0], Int8Embedding):  # a plain list, not a child: the tied embedding
+            pred.word[0] = twin(pred.word[0])
+        pred.__class__ = MLMPredictor
+    for p in model.parameters():
+        p.requires_grad_(True)
+    plain: dict = {}  # a config shared by several modules stays shared
+    for m in model.modules():
+        cfg = m.__dict__.get("config")
+        if isinstance(cfg, ModelConfig) and cfg.quantization is not None:
+            m.config = plain.setdefault(id(cfg), dataclasses.replace(cfg, quantization=None))
+    return model
+
+
+def _float_linear(q: "Int8Linear") -> nn.Linear:
+    lin = nn.Linear(q.in_features, q.out_features, q.bias is not None, device=q.weight_int8.device)
+    with torch.no_grad():
+        lin.weight.copy_(q.dequantize())
+        if q.bias is not None:
+            lin.bias.copy_(q.bias)
+    return lin
+
+
+def _float_embedding(q: "Int8Embedding") -> nn.Embedding:
+    emb = nn.Embedding(q.num_embeddings, q.embedding_dim, q.padding_idx, device=q.weight_int8.device)
+    with torch.no_grad():
+        emb.weight.copy_(q.dequantize())
+    return emb
+
+
 def is_int8(model: nn.Module) -> bool:
     """`model` holds int8 modules (quantize_int8, or an int8 checkpoint loaded by from_pretrained)."""
     return any(isinstance(m, (Int8Linear, Int8Embedding)) for m in model.modules())

@@ -152,7 +152,7 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
                       "dev": dev_note}]}
     head_kw = {"labels": labels, "num_labels": max(1, len(labels)), "finetune": settings, "info": info,
                "label_descriptions": label_descriptions(train_ex, labels)}
-    model = from_pretrained(model_dir, task=spec.head, seed=seed, **head_kw)
+    model = from_pretrained(model_dir, task=spec.head, seed=seed, dequantize=True, **head_kw)
     if opts.freeze_word_embeddings:
         model.backbone.embeddings.word.weight.requires_grad_(False)
     builder = FeatureBuilder(model.tokenizer, spec, labels, opts.max_length,

@@ -110,7 +110,8 @@ def build_pretraining_model(pc: PretrainConfig, tokenizer):
     _, pair = pc.resolved()
     pair_obj = None if pair == "none" else pair
     if pc.init:
-        model = from_pretrained(pc.init, task="pretraining", load_tokenizer=False, pair_objective=pair_obj)
+        model = from_pretrained(pc.init, task="pretraining", load_tokenizer=False, pair_objective=pair_obj,
+                                dequantize=True)
         cfg = model.config
     else:
         cfg = resolve_config(pc.model_config)

@@ -28,7 +28,7 @@ def load_span_model(spec: str, vocab: Optional[str] = None, seed: int = 0):
     from ...tokenization import Tokenizer
 
     if os.path.isdir(spec):
-        model = from_pretrained(spec, task="span", seed=seed, answerability=True)
+        model = from_pretrained(spec, task="span", seed=seed, answerability=True, dequantize=True)
         if vocab:
             model.tokenizer = Tokenizer.from_vocab(vocab)
         if model.tokenizer is None:
