@@ -42,19 +42,39 @@ _CLAUSE_END = _SENTENCE_END | frozenset("，,；;")
 def extend_span(passage: str, start: int, end: int, mode: str = "none") -> tuple[int, int]:
     """(start, end) widened to the whole clause / sentence of `passage` that holds it ("none": unchanged).
     The span keeps its own closing punctuation; leading spaces of the widened span are dropped."""
-    if mode == "none":
-        return start, end
-    stops = _CLAUSE_END if mode == "clause" else _SENTENCE_END
-    a = start
-    while a > 0 and passage[a - 1] not in stops:
-        a -= 1
-    b = end
-    # a span that already ends on a stop keeps it; else run to the next stop (excluded)
-    while b < len(passage) and passage[b - 1] not in stops and passage[b] not in stops:
-        b += 1
-    while a < start and passage[a].isspace():
-        a += 1
-    return a, b
+    return _Extender(passage, mode)(start, end)
+
+
+class _Extender:
+    """extend_span for many spans of one passage: the stops are indexed once (decode widens up to
+    n_best x n_best candidates per window)."""
+
+    def __init__(self, passage: str, mode: str):
+        if mode not in EXTENSIONS:
+            raise ValueError(f"answer extension {mode!r} not in {', '.join(EXTENSIONS)}")
+        self.passage, self.mode = passage, mode
+        if mode == "none":
+            return
+        stops = _CLAUSE_END if mode == "clause" else _SENTENCE_END
+        n = len(passage)
+        is_stop = [c in stops for c in passage]
+        self.is_stop = is_stop
+        self.begin = [0] * (n + 1)  # begin[i]: where the segment holding position i starts (after a stop)
+        for i in range(1, n + 1):
+            self.begin[i] = i if is_stop[i - 1] else self.begin[i - 1]
+        self.next_stop = [n] * (n + 1)  # next_stop[j]: the first stop at or after j (n: none)
+        for j in range(n - 1, -1, -1):
+            self.next_stop[j] = j if is_stop[j] else self.next_stop[j + 1]
+
+    def __call__(self, start: int, end: int) -> tuple[int, int]:
+        if self.mode == "none":
+            return start, end
+        a = self.begin[start]
+        # a span that already ends on a stop keeps it; else run to the next stop (excluded)
+        b = end if end > 0 and self.is_stop[end - 1] else self.next_stop[end]
+        while a < start and self.passage[a].isspace():
+            a += 1
+        return a, b
 
 
 def decode(windows: list, passage: str, n_best: int = MRCSettings.n_best,
@@ -63,6 +83,7 @@ def decode(windows: list, passage: str, n_best: int = MRCSettings.n_best,
     passage; the same text from overlapping windows or repeated in the passage is listed once, at its
     best score), null diff (best span - min null score) and max P(answerable). extend: widen every span to
     its clause / sentence (`extend_span`) before equal texts are merged."""
+    widen = _Extender(passage, extend)
     cands: dict[tuple[int, int], float] = {}
     null = math.inf
     p_ans = None
@@ -79,7 +100,7 @@ def decode(windows: list, passage: str, n_best: int = MRCSettings.n_best,
             for e in e_idx:
                 if e < s or e - s + 1 > max_answer_length:
                     continue
-                span = extend_span(passage, w.offsets[s][0], w.offsets[e][1], extend)
+                span = widen(w.offsets[s][0], w.offsets[e][1])
                 score = float(start[s] + end[e])
                 if score > cands.get(span, -math.inf):
                     cands[span] = score
