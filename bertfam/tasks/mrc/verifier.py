@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ...errors import ConfigError
+from ...modeling.int8 import is_int8
 from ...modeling.optimize import optimize_for_inference
 
 
@@ -32,12 +33,12 @@ class RelevanceVerifier:
     """scores(items) -> (N,): cosines in [-1, 1] of embed(query_prefix + question) and
     embed(passage_prefix + title + " " + passage), or, for a pair classifier, P(answers) in [0, 1].
 
-    batch_size 1 by default: an int8 verifier quantizes its activations with one scale per batch tensor, so
-    in a batch a text's score would depend on its neighbours (measured: one demo answer flipped between
-    batchings); one text per forward also needs no padding."""
+    batch_size None: 1 for an int8 verifier, which quantizes its activations with one scale per batch
+    tensor, so that in a batch a text's score would depend on its neighbours (measured: one demo answer
+    flipped between batchings); 16 for a float one, whose scores do not depend on the batch."""
 
     def __init__(self, model, query_prefix: str = "query: ", passage_prefix: str = "passage: ",
-                 max_length: int = 512, max_query_length: int = 64, batch_size: int = 1):
+                 max_length: int = 512, max_query_length: int = 64, batch_size: Optional[int] = None):
         if model.tokenizer is None:
             raise ConfigError("the verifier model directory has no tokenizer")
         head = model.config.head
@@ -55,7 +56,7 @@ class RelevanceVerifier:
         self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
         self.max_length = min(max_length, model.config.max_sequence_length)
         self.max_query_length = min(max_query_length, self.max_length)
-        self.batch_size = batch_size
+        self.batch_size = batch_size or (1 if is_int8(model) else 16)
 
     @classmethod
     def load(cls, path: str, **kw) -> "RelevanceVerifier":
