@@ -117,7 +117,7 @@ class MRCSettings(TypedSettings):
     use_title: bool = True  # the title goes before the passage
     null_threshold: float = 0.0
     answerable_threshold: float = 0.5
-    answer_extension: str = "none"  # widen spans to their clause / sentence (tasks.mrc.decoding.extend_span)
+    answer_extension: str = "none"  # widen spans to their clause / sentence, or trim: cut at a sentence end (decoding.extend_span)
     verifier: Optional[str] = None  # a verifier model directory, relative to the model's (tasks.mrc.verifier)
     verifier_threshold: float = -1.0  # verifier score needed (a cosine in [-1, 1], or P in [0, 1]); -1: all pass
 
@@ -126,8 +126,8 @@ class MRCSettings(TypedSettings):
             self.need(getattr(self, name) > 0, name, "a positive integer")
         self.need(self.doc_stride >= 0, "doc_stride", "a non-negative integer")
         self.need(0.0 <= self.answerable_threshold <= 1.0, "answerable_threshold", "a probability in [0, 1]")
-        self.need(self.answer_extension in ("none", "clause", "sentence"), "answer_extension",
-                  "one of none, clause, sentence")
+        self.need(self.answer_extension in ("none", "clause", "sentence", "trim"), "answer_extension",
+                  "one of none, clause, sentence, trim")
         self.need(-1.0 <= self.verifier_threshold <= 1.0, "verifier_threshold", "a score in [-1, 1]")
         self.need(self.verifier is None or (isinstance(self.verifier, str) and self.verifier.strip() != ""
                                             and not os.path.isabs(self.verifier)),

@@ -93,3 +93,25 @@ def test_demo_scores_held_out_questions_apart(tmp_path, tiny_span_dir, capsys):
     assert "3 of these questions were used to train / tune this model; the 7 held-out ones (4 without" in out
     base = r["held_out"]['always "no answer"']
     assert base["F1"] == pytest.approx(100 * 4 / 7, abs=0.01) and base["F1_noans"] == 100.0
+
+
+def test_demo_prints_the_out_of_fold_score_beside_the_demos(tmp_path, tiny_span_dir, capsys):
+    """A model whose training_info.json holds a cross-validation record (recipes/mrc_checklist_cv.py --final)
+    gets that estimate printed after the demo's own scores."""
+    from bertfam.runners.demo import run
+
+    m = bertfam.from_pretrained(str(tiny_span_dir))
+    cv = {"label": "reader", "oof_f1": 57.25, "oof_em": 50.5, "ci95": [53.0, 61.4], "gain_ci95": [1.0, 8.0],
+          "mean_answer_chars": 12.0, "questions": 567, "folds": 5, "baseline_f1": 52.6,
+          "by_answerability": {"answerable": {"n": 269, "F1": 40.0}, "unanswerable": {"n": 298, "F1": 73.0}}}
+    m.config.head.info = dict(m.config.head.info, cross_validation=cv)
+    d = tmp_path / "cv"
+    m.save_pretrained(str(d))
+    r = run(str(d), limit=4)
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("out of fold"))
+    assert "567 real DuReader-checklist dev questions (5 folds" in line
+    assert "F1 57.2 [95% 53.0, 61.4]" in line or "F1 57.3 [95% 53.0, 61.4]" in line
+    assert 'always "no answer" 52.6' in line and "answerable 40.0 (n=269)" in out
+    assert r["cross_validation"]["oof_f1"] == 57.25
+    assert out.index("DuReader-checklist demo (") < out.index("out of fold")

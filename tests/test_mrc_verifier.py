@@ -37,6 +37,28 @@ def test_extend_span(span, mode, want):
     assert P[a:b] == want and a <= span[0] and b >= span[1]
 
 
+@pytest.mark.parametrize("span,want", [
+    ((3, 10), "丙丁"),  # runs on past 。: cut there, the stop dropped
+    ((0, 5), "甲乙，丙丁"),  # a clause stop does not cut
+    ((3, 5), "丙丁"), ((7, 15), "戊己；庚辛"), ((13, 15), "壬癸"),  # ends before a stop / at the passage end
+    ((5, 8), "。 戊"), ((5, 6), "。"),  # a span that starts on a stop is cut at the next one (never empty)
+])
+def test_trim_cuts_a_span_at_its_first_sentence_end(span, want):
+    a, b = extend_span(P, *span, "trim")
+    assert P[a:b] == want and a == span[0] and b <= span[1]
+
+
+def test_decode_with_trim_merges_spans_cut_to_one_text():
+    offs = [None] + [(i, i + 1) for i in range(len(P))] + [None]
+    w = Window(0, [0] * len(offs), [0] * len(offs), offs)
+    start, end = np.zeros(len(offs)), np.zeros(len(offs))
+    start[4] = 5.0  # 丙
+    end[5], end[10] = 4.0, 6.0  # 丁, 庚 (past 。)
+    out = decode([(w, start, end, None)], P, n_best=2, max_answer_length=12, extend="trim")
+    assert out["nbest"][0]["text"] == "丙丁" and out["nbest"][0]["score"] == 11.0
+    assert [c["text"] for c in out["nbest"]].count("丙丁") == 1
+
+
 def test_extend_span_leading_spaces_and_newlines():
     assert extend_span("  甲乙。丙", 3, 4, "clause") == (2, 4)
     assert extend_span("甲\n乙丙", 3, 4, "sentence") == (2, 4)

@@ -26,6 +26,9 @@ def register(sub) -> None:
                                                                  "them in OUT/config.json")
     t.add_argument("--no-title", action="store_true", help="do not put the title before the passage")
     add_optimization_args(t, epochs=2, batch_size=16, lr=3e-5)
+    t.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
+                   help="autocast dtype (auto: bf16 on a GPU that has it, else fp32; bf16 also pays on a CPU "
+                        "with AVX512_BF16)")
     t.add_argument("--log-every", type=positive_int, default=10)
     t.add_argument("--eval-limit", type=non_negative_int, default=500, help="dev questions scored at each epoch end (0: all)")
     t.add_argument("--limit", type=positive_int, default=None, help="use only the first N training questions")
@@ -117,9 +120,9 @@ def _decode_args(p) -> None:
                    help=f"tokens (default: the model's tuned setting, else {D.max_answer_length})")
     p.add_argument("--n-best", type=positive_int, default=None,
                    help=f"candidate spans per question (default: the model's setting, else {D.n_best})")
-    p.add_argument("--answer-extension", choices=("none", "clause", "sentence"), default=None,
-                   help="widen answers to their clause / sentence (default: the model's tuned setting, else "
-                        f"{D.answer_extension})")
+    p.add_argument("--answer-extension", choices=("none", "clause", "sentence", "trim"), default=None,
+                   help="widen answers to their clause / sentence, or trim them at their first sentence end "
+                        f"(default: the model's tuned setting, else {D.answer_extension})")
     p.add_argument("--no-verifier", action="store_true",
                    help="ignore the model's question-passage verifier (head.mrc.verifier): the reader's own "
                         "no-answer rule alone")

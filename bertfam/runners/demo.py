@@ -32,6 +32,7 @@ HAND_WRITTEN = [
     ("长江全长大约多少公里？", "长江是中国第一长河，发源于青藏高原，全长约6300公里，流经11个省级行政区，最后注入东海。",
      "约6300公里"),
     ("北京大学创建于哪一年？", "北京大学创建于1898年，初名京师大学堂，是中国近代第一所国立综合性大学。", "1898年"),
+    ("中国的首都是哪里？", "北京是中华人民共和国的首都。", "北京"),  # the README's /v1/mrc example
     ("熊猫主要吃什么？", "大熊猫是中国特有的物种，主要栖息在四川、陕西和甘肃的山区，以竹子为主要食物。", "竹子"),
     ("珠穆朗玛峰有多高？", "长城是中国古代的军事防御工程，东起山海关，西至嘉峪关，总长度超过两万公里。", None),
 ]
@@ -139,6 +140,10 @@ def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None, int8: 
         print(f"\n{len(refs) - len(held)} of these questions were used to train / tune this model; the "
               f"{len(held)} held-out ones ({sum(r.impossible for r in held.values())} without an answer):")
         print(_score_table(result["held_out"]))
+    cv = model.config.head.info.get("cross_validation")  # training_info.json (recipes/mrc_checklist_cv.py)
+    if cv:
+        result["cross_validation"] = cv
+        _print_cross_validation(cv)
     print(f"\nspeed: {qps:.1f} questions/s ({len(hand) + len(demo)} questions, {torch.get_num_threads()} CPU "
           f"threads); whole demo {time.perf_counter() - t0:.0f} s")
     flag = " --int8" if int8 else ""
@@ -163,6 +168,17 @@ def _print_rule(model, predictor) -> None:
     if predictor.answer_extension != "none":
         print(f"  answers widened to their {predictor.answer_extension}")
     print()
+
+
+def _print_cross_validation(cv: dict) -> None:
+    """The model's out-of-fold score on real DuReader-checklist dev questions: the estimate for new questions
+    (the demo's 100 are too few to choose or judge by: a 50-question half has a standard error of ~7 F1)."""
+    lo, hi = cv["ci95"]
+    by = cv.get("by_answerability", {})
+    parts = ", ".join(f"{k} {v['F1']:.1f} (n={v['n']})" for k, v in by.items())
+    print(f"\nout of fold on {cv['questions']} real DuReader-checklist dev questions ({cv['folds']} folds, never "
+          f"the demo's): F1 {cv['oof_f1']:.1f} [95% {lo:.1f}, {hi:.1f}], EM {cv['oof_em']:.1f}; always "
+          f"\"no answer\" {cv['baseline_f1']:.1f}" + (f"\n  {parts}" if parts else ""))
 
 
 def _score_table(result: dict) -> str:

@@ -13,9 +13,11 @@ Decision rule for one question (all windows of its passage together):
   the windows the model was trained with), tuned on a dev file by `thresholds.tune_thresholds`; a model
   without them uses MRCSettings' defaults (the only ones).
 
-Answer extension (`extend`): DuReader's references are often a whole clause or sentence while a reader's
+Answer extension (`extend`): DuReader 2.0's references are often a whole clause or sentence while a reader's
 best span is a phrase inside it; "clause" / "sentence" widen each span to the clause (up to ，；。！？) or the
-sentence (up to 。！？) that holds it. Which one (or "none") is a decoding setting tuned on dev.
+sentence (up to 。！？) that holds it. "trim" does the opposite for readers that run on past the answer (a
+reader trained on long answers ends spans on a later sentence's 。): each span is cut at the first sentence
+end after its first character (the stop itself dropped). Which one (or "none") is a decoding setting tuned on dev.
 """
 from __future__ import annotations
 
@@ -33,15 +35,16 @@ DEFAULT_ANSWERABLE_THRESHOLD = MRCSettings.answerable_threshold
 DEFAULT_MAX_ANSWER_LENGTH = MRCSettings.max_answer_length  # tokens
 
 
-EXTENSIONS = ("none", "clause", "sentence")
+EXTENSIONS = ("none", "clause", "sentence", "trim")
 # characters that end a sentence / a clause (full- and half-width); a newline ends both
 _SENTENCE_END = frozenset("。！？!?\n")
 _CLAUSE_END = _SENTENCE_END | frozenset("，,；;")
 
 
 def extend_span(passage: str, start: int, end: int, mode: str = "none") -> tuple[int, int]:
-    """(start, end) widened to the whole clause / sentence of `passage` that holds it ("none": unchanged).
-    The span keeps its own closing punctuation; leading spaces of the widened span are dropped."""
+    """(start, end) widened to the whole clause / sentence of `passage` that holds it ("none": unchanged;
+    "trim": cut at the first sentence end after start, the stop excluded). A widened span keeps its own
+    closing punctuation; leading spaces of the widened span are dropped."""
     return _Extender(passage, mode)(start, end)
 
 
@@ -55,7 +58,7 @@ class _Extender:
         self.passage, self.mode = passage, mode
         if mode == "none":
             return
-        stops = _CLAUSE_END if mode == "clause" else _SENTENCE_END
+        stops = _CLAUSE_END if mode == "clause" else _SENTENCE_END  # trim: sentence ends
         n = len(passage)
         is_stop = [c in stops for c in passage]
         self.is_stop = is_stop
@@ -69,6 +72,8 @@ class _Extender:
     def __call__(self, start: int, end: int) -> tuple[int, int]:
         if self.mode == "none":
             return start, end
+        if self.mode == "trim":  # the first stop after the span's first character ends it (never empty)
+            return start, min(end, self.next_stop[min(start + 1, len(self.passage))])
         a = self.begin[start]
         # a span that already ends on a stop keeps it; else run to the next stop (excluded)
         b = end if end > 0 and self.is_stop[end - 1] else self.next_stop[end]

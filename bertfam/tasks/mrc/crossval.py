@@ -1,0 +1,205 @@
+"""k-fold cross-validation on real MRC questions: folds that share no passage, question or title
+(`assign_folds`), decoding settings and thresholds chosen out of fold (`tune_out_of_fold`: each fold is
+decided by what was tuned on the other folds' predictions), and a bootstrap interval for the pooled score
+(`bootstrap_interval`).
+
+Why out of fold twice: a fold model never saw its fold's questions, and the thresholds applied to a fold
+were never tuned on it either, so the pooled score is what a system trained and tuned on all folds should
+score on new questions of the same distribution.
+"""
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ...errors import ConfigError
+from .decoding import NO_ANSWER, answered
+from .thresholds import RULES, tune_on_raw
+
+
+def assign_folds(examples: Sequence, k: int = 5, seed: int = 0) -> list[int]:
+    """A fold number (0..k-1) per example. Examples that share a passage, a question or a (non-empty) title
+    are joined into one group (transitively) and every group goes to one fold, so no passage, question or
+    title is in two folds. Groups are dealt largest first to the fold with the fewest questions, with
+    answerability balanced as a tie-break, after a seeded shuffle."""
+    if k < 2:
+        raise ConfigError(f"k={k}: cross-validation needs at least 2 folds")
+    parent = list(range(len(examples)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[tuple[str, str], int] = {}
+    for i, ex in enumerate(examples):
+        for key in (("p", ex.context), ("q", ex.question), ("t", ex.title or "")):
+            if key == ("t", ""):
+                continue
+            j = first.setdefault(key, i)
+            parent[find(i)] = find(j)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(examples)):
+        groups.setdefault(find(i), []).append(i)
+    order = list(groups.values())
+    random.Random(seed).shuffle(order)
+    order.sort(key=len, reverse=True)  # stable: equal sizes keep the shuffled order
+    if len(order) < k:
+        raise ConfigError(f"{len(order)} independent passage groups cannot fill {k} folds")
+    size, unans = [0] * k, [0] * k
+    fold = [0] * len(examples)
+    for g in order:
+        n_un = sum(bool(examples[i].is_impossible) for i in g)
+        f = min(range(k), key=lambda j: (size[j], unans[j] if n_un else -unans[j], j))
+        size[f] += len(g)
+        unans[f] += n_un
+        for i in g:
+            fold[i] = f
+    return fold
+
+
+def leaks(examples: Sequence, folds: Sequence[int]) -> list[str]:
+    """Passages, questions or titles found in more than one fold (empty: the split is clean)."""
+    seen: dict[tuple[str, str], set] = {}
+    for ex, f in zip(examples, folds):
+        for key in (("passage", ex.context), ("question", ex.question), ("title", ex.title or "")):
+            if key != ("title", ""):
+                seen.setdefault(key, set()).add(f)
+    return [f"{kind} {text[:30]!r} in folds {sorted(fs)}" for (kind, text), fs in seen.items() if len(fs) > 1]
+
+
+def tune_out_of_fold(candidates: Mapping[str, Sequence[dict]], examples: Sequence, folds: Sequence[int],
+                     rules: Sequence[str] = ("both", "null", "cls")) -> dict:
+    """Choose a decoding setting (a key of `candidates`: name -> one `decode` result per example, each
+    example's from the model that did not train on it) and a no-answer rule with its thresholds for every
+    fold on the OTHER folds' examples (tune_on_raw, official F1; ties: the earlier candidate and rule), and
+    apply it to the fold. Returns {"answers": per-example text or NO_ANSWER, "f1", "em": per-example scores
+    (0-1), "choices": per fold {setting, rule, thresholds, tuned F1 on the other folds}, "pooled": the
+    setting chosen on all folds together (what a model trained on all of them ships with)}."""
+    from ...evaluation.dureader import Reference, score_one
+
+    for r in rules:
+        if r not in RULES + ("fused",):
+            raise ConfigError(f"rule {r!r} not in {'/'.join(RULES)}")
+    n = len(examples)
+    if len(folds) != n or any(len(v) != n for v in candidates.values()):
+        raise ConfigError("candidates, examples and folds must have one entry per example")
+    if not candidates:
+        raise ConfigError("no decoding setting to choose from")
+    folds = np.asarray(folds)
+
+    y = np.array([not ex.is_impossible for ex in examples])
+
+    def best_on(mask: np.ndarray) -> dict:
+        """The best setting and rule tuned on the examples in mask; "fused" raws are fitted on them too."""
+        sub = [examples[i] for i in np.nonzero(mask)[0]]
+        best = None
+        for name, raws in candidates.items():
+            for rule in rules:
+                if rule == "fused":
+                    model = fit_fusion(raws, y, mask)
+                    use, tune_rule = fused_raws(raws, model), "cls"
+                else:
+                    model, use, tune_rule = None, raws, rule
+                t = tune_on_raw([use[i] for i in np.nonzero(mask)[0]], sub, rule=tune_rule, verifier_threshold=-1.0)
+                if best is None or (t["dev_f1"], t["dev_em"]) > (best["dev_f1"], best["dev_em"]):
+                    best = dict(t, setting=name, rule=rule, fusion=model, raws=use)
+        return best
+
+    answers, f1, em, choices = [None] * n, np.zeros(n), np.zeros(n), {}
+    for f in sorted(set(folds.tolist())):
+        c = best_on(folds != f)
+        use = c.pop("raws")
+        choices[int(f)] = c
+        for i in np.nonzero(folds == f)[0]:
+            raw = use[i]
+            ok = answered(raw, c["null_threshold"], c["answerable_threshold"], c["verifier_threshold"])
+            answers[i] = raw["nbest"][0]["text"] if ok else NO_ANSWER
+            ex = examples[i]
+            f1[i], em[i] = score_one(Reference(ex.answer_texts, ex.is_impossible, ex.qtype), answers[i])
+    pooled = best_on(np.ones(n, dtype=bool))
+    pooled.pop("raws")
+    return {"answers": answers, "f1": f1, "em": em, "choices": choices, "pooled": pooled}
+
+
+def fusion_features(raw: dict) -> list[float]:
+    """The answerability signals of one decode result as features: null diff (clipped; no span: -20),
+    logit P(answerable), the top span's probability and the verifier's relevance (0 without one)."""
+    d = raw["null_diff"]
+    d = -20.0 if not np.isfinite(d) else float(np.clip(d, -20, 20))
+    p = float(np.clip(raw["p_answerable"] if raw["p_answerable"] is not None else 0.5, 1e-6, 1 - 1e-6))
+    top = raw["nbest"][0]["prob"] if raw["nbest"] else 0.0
+    rel = raw.get("relevance")
+    return [d, float(np.log(p / (1 - p))), float(top), float(rel) if rel is not None else 0.0]
+
+
+def fit_fusion(raws: Sequence[dict], y: np.ndarray, mask: np.ndarray) -> dict:
+    """Logistic regression of answerable on fusion_features over the examples in mask (standardised,
+    L2, C=1): {"mean", "scale", "coef", "intercept"} as plain lists, so a model's config can hold it."""
+    from sklearn.linear_model import LogisticRegression
+
+    X = np.array([fusion_features(raws[i]) for i in np.nonzero(mask)[0]])
+    mu, sd = X.mean(0), X.std(0) + 1e-9
+    lr = LogisticRegression(C=1.0, max_iter=1000).fit((X - mu) / sd, y[mask])
+    return {"mean": mu.tolist(), "scale": sd.tolist(), "coef": lr.coef_[0].tolist(),
+            "intercept": float(lr.intercept_[0])}
+
+
+def fused_probability(raw: dict, fusion: dict) -> float:
+    """P(answerable) of one decode result under a fit_fusion model."""
+    x = (np.array(fusion_features(raw)) - np.array(fusion["mean"])) / np.array(fusion["scale"])
+    z = float(x @ np.array(fusion["coef"]) + fusion["intercept"])
+    return float(1.0 / (1.0 + np.exp(-np.clip(z, -50, 50))))
+
+
+def fused_raws(raws: Sequence[dict], fusion: dict) -> list[dict]:
+    """raws whose P(answerable) is the fused probability and whose null test always passes (a span found),
+    so that rule "cls" thresholds the fused score alone."""
+    return [dict(r, p_answerable=fused_probability(r, fusion), null_diff=1e9 if r["nbest"] else -np.inf,
+                 relevance=None) for r in raws]
+
+
+def bootstrap_interval(values: Sequence[float], n_resamples: int = 10000, seed: int = 0,
+                       level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of `values` (x100, as the official scores are)."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        raise ConfigError("bootstrap of no values")
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, v.size, size=(n_resamples, v.size))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return 100 * float(lo), 100 * float(hi)
+
+
+def breakdown(examples: Sequence, f1: Sequence[float], em: Sequence[float], answers: Sequence[str]) -> dict:
+    """Official F1/EM (x100) overall, per answerability and per checklist type, with the always-"no answer"
+    baseline and how many were answered."""
+    from ...evaluation.dureader import Reference, score_one
+
+    groups: dict[str, list[int]] = {"all": list(range(len(examples))), "answerable": [], "unanswerable": []}
+    types: dict[str, list[int]] = {}
+    for i, ex in enumerate(examples):
+        groups["unanswerable" if ex.is_impossible else "answerable"].append(i)
+        types.setdefault(f"type {ex.qtype or '?'}", []).append(i)
+    groups.update(sorted(types.items(), key=lambda kv: (-len(kv[1]), kv[0])))  # the biggest types first
+    groups = {k: v for k, v in groups.items() if v}
+    out = {}
+    for name, idx in groups.items():
+        base = [score_one(Reference(examples[i].answer_texts, examples[i].is_impossible, examples[i].qtype),
+                          NO_ANSWER)[0] for i in idx]
+        out[name] = {"n": len(idx), "F1": round(100 * float(np.mean([f1[i] for i in idx])), 1),
+                     "EM": round(100 * float(np.mean([em[i] for i in idx])), 1),
+                     "baseline_F1": round(100 * float(np.mean(base)), 1),
+                     "answered": sum(answers[i] != NO_ANSWER for i in idx)}
+    return out
+
+
+def fold_sizes(examples: Sequence, folds: Sequence[int]) -> dict:
+    """{fold: (questions, unanswerable)}, for logs and tests."""
+    n = Counter(folds)
+    u = Counter(f for ex, f in zip(examples, folds) if ex.is_impossible)
+    return {f: (n[f], u[f]) for f in sorted(n)}

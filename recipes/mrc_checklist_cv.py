@@ -1,0 +1,275 @@
+"""The shipped Chinese MRC reader, trained, tuned and judged on real DuReader-checklist questions with k-fold
+cross-validation (bertfam.tasks.mrc.crossval).
+
+For each fold (split by passage, question and title: none is in two folds) a copy of --base is fine-tuned on
+the other folds (x --repeat) plus --extra data, and predicts its own fold. Every decoding setting (answer
+length x extension) and no-answer rule is then chosen out of fold: each fold is decided by the setting and
+thresholds tuned on the other folds' predictions. The pooled out-of-fold F1 (bootstrap 95 % interval,
+per type and answerability) is the estimate for new checklist questions. `--final` then trains one model on
+all folds the same way and saves it with the setting chosen on all out-of-fold predictions.
+
+Every step is resumable: a fold whose predictions are on disk is not trained again.
+
+Usage: python recipes/mrc_checklist_cv.py --out runs/cv [--base models/mrc-zh-e5small-l6]
+         [--data ../shared/data/mrc/dureader_checklist/dev_public.json] [--folds 5] [--steps 150]
+         [--extra robust:400] [--no-train] [--final] [--verifier DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import sys
+import logging
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+
+from bertfam.data.mrc import read_mrc  # noqa: E402
+from bertfam.data.mrc_negatives import similar_passage_negatives  # noqa: E402
+from bertfam.tasks.mrc import MRCPredictor, decode, load_span_model, save_thresholds, train_mrc  # noqa: E402
+from bertfam.tasks.mrc.crossval import (assign_folds, bootstrap_interval, breakdown, fold_sizes,  # noqa: E402
+                                        leaks, tune_out_of_fold)
+from bertfam.training import TrainConfig  # noqa: E402
+from bertfam.utils import atomic_write_text  # noqa: E402
+
+D = os.path.join(ROOT, "..", "shared", "data")
+CHECKLIST = os.path.join(D, "mrc", "dureader_checklist", "dev_public.json")
+EXTRA = {  # name -> (file, source): answerable sets whose similar passages become unanswerable examples
+    "robust": (os.path.join(D, "mrc", "dureader_robust", "dev.json"), "dureader-robust"),
+    "cmrc": (os.path.join(D, "mrc", "cmrc2018", "cmrc2018_train.json"), "cmrc2018"),
+    "drcd": (os.path.join(D, "mrc", "drcd", "DRCD_dev.json"), "drcd"),
+}
+LENGTHS = (8, 16, 24, 32, 48, 64, 96)
+EXTENSIONS = ("none", "trim", "clause", "sentence")
+
+
+def items_of(examples) -> list[dict]:
+    return [{"question": e.question, "passage": e.context, "title": e.title} for e in examples]
+
+
+def extra_examples(spec: str, seed: int) -> list:
+    """--extra name:N,name:N -> N answerable questions of each set + one similar-passage negative each."""
+    rng = random.Random(seed)
+    out = []
+    for part in filter(None, spec.split(",")):
+        name, _, n = part.partition(":")
+        if name not in EXTRA:
+            raise SystemExit(f"--extra: {name!r} not in {', '.join(EXTRA)}")
+        exs, rep = read_mrc(EXTRA[name][0], source=EXTRA[name][1])
+        print(rep.summary(), file=sys.stderr)
+        pos = rng.sample([e for e in exs if not e.is_impossible], min(int(n or 400), len(exs)))
+        out += pos + similar_passage_negatives(pos, seed=seed)
+    return out
+
+
+def fold_training_set(exs, folds, held: int | None, repeat: int, extra: list) -> list:
+    """The other folds' questions (x repeat, each copy its own id) + the extra data."""
+    own = [e for e, f in zip(exs, folds) if f != held]
+    train = [dataclasses.replace(e, qid=f"{e.qid}#{k}") for k in range(repeat) for e in own] + extra
+    random.Random(len(train)).shuffle(train)
+    return train
+
+
+def train_one(args, train_exs, out_dir: str):
+    model = load_span_model(args.base, seed=args.seed)
+    tc = TrainConfig(max_steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_ratio=0.1,
+                     seed=args.seed, log_every=10, checkpoints=False, progress=False,
+                     precision=args.precision, save_final=True, group_by_length=True)
+    t0 = time.time()
+    summary = train_mrc(model, train_exs, out_dir, tune=False, train=tc, max_length=args.max_length,
+                        doc_stride=args.doc_stride, info={"recipe": "recipes/mrc_checklist_cv.py"})
+    print(f"  trained {summary.get('steps')} steps in {time.time() - t0:.0f} s "
+          f"(final loss {summary.get('train_loss', summary.get('loss'))})", file=sys.stderr)
+    return model
+
+
+def raw_candidates(model, exs, relevance) -> dict:
+    """{"none/32": [decode result per example], ...}: one forward pass, every decoding setting."""
+    pred = MRCPredictor(model, verifier=False)  # a list of models: their logits averaged
+    ws = pred.window_scores(items_of(exs))
+    out = {}
+    for ext in EXTENSIONS:
+        for L in LENGTHS:
+            raws = []
+            for w, e, rel in zip(ws, exs, relevance):
+                r = decode(w, e.context, pred.n_best, L, ext)
+                r["nbest"] = r["nbest"][:1]
+                r["relevance"] = rel
+                raws.append(r)
+            out[f"{ext}/{L}"] = raws
+    return out
+
+
+def relevance_of(exs, verifier_dir, path: str) -> list:
+    if not verifier_dir:
+        return [None] * len(exs)
+    if os.path.isfile(path):
+        return json.load(open(path))
+    from bertfam.tasks.mrc.verifier import RelevanceVerifier
+
+    v = RelevanceVerifier.load(verifier_dir)
+    rel = [float(x) for x in v.scores(items_of(exs))]
+    atomic_write_text(path, json.dumps(rel))
+    return rel
+
+
+def signal_quality(exs, cands) -> dict:
+    """Out-of-fold ROC AUC of each answerability signal (answerable = positive) and the forced-answer F1 on
+    the answerable questions (the top span always given), per decoding setting."""
+    from sklearn.metrics import roc_auc_score
+    from bertfam.evaluation.dureader import Reference, score_one
+
+    y = [not e.is_impossible for e in exs]
+    any_raws = next(iter(cands.values()))
+    auc = {}
+    for key in ("null_diff", "p_answerable", "relevance"):
+        v = [r[key] for r in any_raws]
+        if None not in v:
+            auc[key] = round(float(roc_auc_score(y, [x if x > -1e30 else -1e9 for x in v])), 3)
+    forced = {}
+    for name, raws in cands.items():
+        f = [score_one(Reference(e.answer_texts, False, e.qtype), r["nbest"][0]["text"] if r["nbest"] else "")[0]
+             for e, r in zip(exs, raws) if not e.is_impossible]
+        forced[name] = round(100 * sum(f) / len(f), 1)
+    return {"auc": auc, "forced_f1_answerable": forced}
+
+
+def report(exs, folds, cands, rules, label: str) -> dict:
+    res = tune_out_of_fold(cands, exs, folds, rules)
+    table = breakdown(exs, res["f1"], res["em"], res["answers"])
+    lo, hi = bootstrap_interval(res["f1"])
+    base = table["all"]["baseline_F1"]
+    import numpy as np
+    from bertfam.evaluation.dureader import Reference, score_one
+    from bertfam.tasks.mrc import NO_ANSWER
+
+    b = np.array([score_one(Reference(e.answer_texts, e.is_impossible, e.qtype), NO_ANSWER)[0] for e in exs])
+    glo, ghi = bootstrap_interval(res["f1"] - b)
+    lens = [len(a) for a in res["answers"] if a != NO_ANSWER]
+    print(f"\n== {label}: out-of-fold F1 {table['all']['F1']} [95% {lo:.1f}, {hi:.1f}] EM {table['all']['EM']} | "
+          f"always no answer {base} | gain [{glo:+.1f}, {ghi:+.1f}] | answered {table['all']['answered']}/"
+          f"{len(exs)}, mean answer {sum(lens) / max(1, len(lens)):.1f} chars")
+    for name, row in table.items():
+        print(f"   {name:32s} n={row['n']:4d}  F1 {row['F1']:5.1f}  EM {row['EM']:5.1f}  "
+              f"no-answer {row['baseline_F1']:5.1f}  answered {row['answered']}")
+    for f, c in res["choices"].items():
+        print(f"   fold {f}: {c['setting']} rule {c['rule']} null>{c['null_threshold']:.2f} "
+              f"P>={c['answerable_threshold']:.2f} rel>={c['verifier_threshold']:.3f} (other folds {c['dev_f1']:.1f})")
+    p = res["pooled"]
+    print(f"   pooled choice: {p['setting']} rule {p['rule']} (in-sample {p['dev_f1']:.1f})")
+    return {"label": label, "oof_f1": table["all"]["F1"], "oof_em": table["all"]["EM"], "ci95": [lo, hi],
+            "gain_ci95": [glo, ghi], "table": table, "pooled": p, "folds": {str(k): v for k, v in res["choices"].items()},
+            "mean_answer_chars": round(sum(lens) / max(1, len(lens)), 1)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--base", default=os.path.join(ROOT, "models", "mrc-zh-e5small-l6"))
+    ap.add_argument("--data", default=CHECKLIST)
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--fold-seed", type=int, default=0)
+    ap.add_argument("--only-folds", default=None, help="train only these folds (comma list), e.g. for a pilot")
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=3e-5)
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--repeat", type=int, default=2, help="copies of the training folds' questions")
+    ap.add_argument("--extra", default="robust:400", help="extra data, name:N,... (robust, cmrc, drcd; '' none)")
+    ap.add_argument("--max-length", type=int, default=256)
+    ap.add_argument("--doc-stride", type=int, default=128)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--verifier", default=None, help="e5 verifier directory: adds the verifier and all rules")
+    ap.add_argument("--no-train", action="store_true", help="score --base itself out of fold (no fine-tuning)")
+    ap.add_argument("--members", default=None, metavar="RUN,RUN",
+                    help="no training: score the logit-averaged ensemble of these runs' fold models out of fold")
+    ap.add_argument("--final", action="store_true", help="then train on all folds and save OUT/final")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    os.makedirs(args.out, exist_ok=True)
+    exs, rep = read_mrc(args.data, source="checklist")
+    print(rep.summary(), file=sys.stderr)
+    folds = assign_folds(exs, args.folds, args.fold_seed)
+    bad = leaks(exs, folds)
+    if bad:
+        raise SystemExit("fold leak: " + "; ".join(bad[:5]))
+    print(f"folds (questions, unanswerable): {fold_sizes(exs, folds)}", file=sys.stderr)
+    atomic_write_text(os.path.join(args.out, "folds.json"),
+                      json.dumps({e.qid: f for e, f in zip(exs, folds)}, indent=0) + "\n")
+    rel = relevance_of(exs, args.verifier, os.path.join(args.out, "relevance.json"))
+    rules = ("both", "null", "cls") + (("verifier", "all") if args.verifier else ())
+    extra = extra_examples(args.extra, args.seed) if args.extra and not (args.no_train or args.members) else []
+    pieces: dict = {}
+    only = {int(x) for x in args.only_folds.split(",")} if args.only_folds else set(range(args.folds))
+    for f in sorted(only):
+        path = os.path.join(args.out, f"fold{f}.raw.json")
+        idx = [i for i, g in enumerate(folds) if g == f]
+        if not os.path.isfile(path):
+            print(f"fold {f}: {len(idx)} questions held out", file=sys.stderr)
+            if args.no_train or args.members:
+                from bertfam.checkpoint import from_pretrained
+
+                model = ([from_pretrained(os.path.join(r, f"fold{f}")) for r in args.members.split(",")]
+                         if args.members else from_pretrained(args.base))
+            else:
+                model = train_one(args, fold_training_set(exs, folds, f, args.repeat, extra),
+                                  os.path.join(args.out, f"fold{f}"))
+            c = raw_candidates(model, [exs[i] for i in idx], [rel[i] for i in idx])
+            atomic_write_text(path, json.dumps(c))
+            del model
+        pieces[f] = json.load(open(path))
+    if len(pieces) < args.folds:
+        print(f"{len(pieces)} of {args.folds} folds done; the out-of-fold table needs all", file=sys.stderr)
+        return 0
+    cands = {}
+    for name in pieces[0]:
+        cands[name] = [None] * len(exs)
+        for f, c in pieces.items():
+            for i, r in zip([i for i, g in enumerate(folds) if g == f], c[name]):
+                cands[name][i] = r
+    quality = signal_quality(exs, cands)
+    print(f"out-of-fold AUC (answerable vs not): {quality['auc']}\nforced-answer F1 on answerable questions: "
+          f"{quality['forced_f1_answerable']}")
+    results = {"args": vars(args), "signals": quality, "reports": [report(exs, folds, cands, ("both", "null", "cls"), "reader")]}
+    if args.verifier:
+        results["reports"].append(report(exs, folds, cands, rules, "reader + verifier rules"))
+    results["reports"].append(report(exs, folds, cands, rules + ("fused",), "fused signals (logistic regression)"))
+    best = max(results["reports"], key=lambda r: r["oof_f1"])
+    results["best"] = best["label"]
+    atomic_write_text(os.path.join(args.out, "cv.json"), json.dumps(results, ensure_ascii=False, indent=1) + "\n")
+    if args.final and not (args.no_train or args.members):
+        final_dir = os.path.join(args.out, "final")
+        if not os.path.isfile(os.path.join(final_dir, "model.safetensors")):
+            model = train_one(args, fold_training_set(exs, folds, None, args.repeat, extra), final_dir)
+        else:
+            from bertfam.checkpoint import from_pretrained
+
+            model = from_pretrained(final_dir)
+        p = best["pooled"]
+        ext, length = p["setting"].split("/")
+        tuned = dict(p, max_answer_length=int(length), answer_extension=ext)
+        if p["rule"] not in ("verifier", "all"):
+            tuned["verifier"] = None
+        save_thresholds(model, final_dir, tuned, f"out of fold on {os.path.basename(args.data)}")
+        info_path = os.path.join(final_dir, "training_info.json")
+        info = json.load(open(info_path)) if os.path.isfile(info_path) else {}
+        info["cross_validation"] = {k: best[k] for k in ("label", "oof_f1", "oof_em", "ci95", "gain_ci95",
+                                                         "mean_answer_chars")}
+        info["cross_validation"].update(questions=len(exs), folds=args.folds,
+                                        baseline_f1=best["table"]["all"]["baseline_F1"],
+                                        by_answerability={k: best["table"][k] for k in ("answerable", "unanswerable")})
+        atomic_write_text(info_path, json.dumps(info, ensure_ascii=False, indent=1) + "\n")
+        print(f"final model: {final_dir} ({p['setting']}, rule {p['rule']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Cross-validation on real MRC questions (bertfam.tasks.mrc.crossval): folds that share no passage, question
+or title; decoding and thresholds chosen out of fold; the bootstrap interval."""
+import math
+import random
+
+import numpy as np
+import pytest
+
+from bertfam.data.mrc import MRCAnswer, MRCExample
+from bertfam.errors import ConfigError
+from bertfam.tasks.mrc import NO_ANSWER
+from bertfam.tasks.mrc.crossval import (assign_folds, bootstrap_interval, breakdown, fold_sizes, leaks,
+                                        tune_out_of_fold)
+
+
+def _examples(n=120, seed=0):
+    """Checklist-like examples: passages asked several questions, titles shared by several passages,
+    repeated question texts on other passages (as the checklist's same-topic unanswerable ones are)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        passage = f"passage {rng.randrange(n)}"
+        title = f"title {rng.randrange(n)}" if rng.random() < 0.3 else ""
+        question = f"question {rng.randrange(2 * n)}"
+        imp = rng.random() < 0.5
+        out.append(MRCExample(f"q{i}", question, passage, title, [] if imp else [MRCAnswer("pass", 0)], imp, "in-domain"))
+    return out
+
+
+def test_folds_share_no_passage_question_or_title():
+    exs = _examples()
+    folds = assign_folds(exs, 5, seed=3)
+    assert leaks(exs, folds) == []
+    assert leaks(exs, [i % 5 for i in range(len(exs))]) != []  # the fixture does share texts across questions
+    for key in ("context", "question"):
+        where = {}
+        for e, f in zip(exs, folds):
+            where.setdefault(getattr(e, key), set()).add(f)
+        assert all(len(v) == 1 for v in where.values())
+    assert set(folds) <= set(range(5))
+
+
+def test_leaks_finds_a_shared_passage():
+    exs = _examples(20)
+    folds = [0] * 10 + [1] * 10
+    exs[15] = MRCExample("x", "other", exs[0].context, "")
+    assert any("passage" in s for s in leaks(exs, folds))
+
+
+def test_folds_are_balanced_and_seeded():
+    exs = [MRCExample(f"q{i}", f"question {i}", f"passage {i // 2}", "", [], i % 3 == 0) for i in range(100)]
+    folds = assign_folds(exs, 5, seed=1)
+    sizes = fold_sizes(exs, folds)
+    assert [n for n, _ in sizes.values()] == [20] * 5
+    assert max(u for _, u in sizes.values()) - min(u for _, u in sizes.values()) <= 2
+    assert assign_folds(exs, 5, seed=1) == folds and assign_folds(exs, 5, seed=2) != folds
+
+
+def test_folds_refuse_too_few_groups():
+    exs = [MRCExample(f"q{i}", f"q{i}", "one passage", "") for i in range(10)]
+    with pytest.raises(ConfigError, match="cannot fill"):
+        assign_folds(exs, 5)
+    with pytest.raises(ConfigError):
+        assign_folds(exs, 1)
+
+
+def _raw(text, diff, p=0.5):
+    return {"nbest": [{"text": text, "start": 0, "end": len(text), "score": diff, "prob": 1.0}], "null_diff": diff,
+            "p_answerable": p, "relevance": None}
+
+
+def _tuning_case(n=100, seed=0):
+    """Answerable questions score null_diff ~ +1, unanswerable ~ -1 (noisy); setting "good" answers with the
+    reference, "bad" with a wrong text."""
+    rng = np.random.default_rng(seed)
+    exs, good, bad = [], [], []
+    for i in range(n):
+        imp = i % 2 == 0
+        exs.append(MRCExample(f"q{i}", f"question {i}", f"passage {i}", "", [] if imp else [MRCAnswer("甲乙丙", 0)], imp))
+        d = float(rng.normal(-1 if imp else 1, 0.7))
+        good.append(_raw("甲乙丙", d))
+        bad.append(_raw("丁戊", d))
+    return exs, {"bad": bad, "good": good}
+
+
+def test_out_of_fold_tuner_picks_the_better_setting_and_scores_each_fold_out_of_fold():
+    exs, cands = _tuning_case()
+    folds = [i % 5 for i in range(len(exs))]
+    res = tune_out_of_fold(cands, exs, folds, rules=("null",))
+    assert all(c["setting"] == "good" for c in res["choices"].values())
+    assert res["pooled"]["setting"] == "good"
+    # every answer follows its own fold's thresholds
+    for i, (e, f) in enumerate(zip(exs, folds)):
+        c = res["choices"][f]
+        expect = "甲乙丙" if cands["good"][i]["null_diff"] > c["null_threshold"] else NO_ANSWER
+        assert res["answers"][i] == expect
+    assert 0.5 < res["f1"].mean() < 1.0 and len(res["em"]) == len(exs)
+
+
+def test_a_folds_own_predictions_never_choose_its_thresholds():
+    exs, cands = _tuning_case(seed=1)
+    folds = [i % 4 for i in range(len(exs))]
+    before = tune_out_of_fold(cands, exs, folds, rules=("null",))
+    # make fold 0's unanswerable questions look answerable: only the other folds' choices may move
+    moved = {k: [dict(r, null_diff=r["null_diff"] + 5) if folds[i] == 0 and exs[i].is_impossible else r
+                 for i, r in enumerate(v)] for k, v in cands.items()}
+    after = tune_out_of_fold(moved, exs, folds, rules=("null",))
+    assert after["choices"][0]["null_threshold"] == before["choices"][0]["null_threshold"]
+    assert any(after["choices"][f]["null_threshold"] != before["choices"][f]["null_threshold"] for f in (1, 2, 3))
+    # and fold 0 then answers its unanswerable questions, which costs it F1
+    f0 = [i for i, f in enumerate(folds) if f == 0]
+    assert after["f1"][f0].mean() < before["f1"][f0].mean()
+
+
+def test_out_of_fold_tuner_checks_its_inputs():
+    exs, cands = _tuning_case(10)
+    with pytest.raises(ConfigError, match="one entry per example"):
+        tune_out_of_fold(cands, exs, [0, 1] * 4)
+    with pytest.raises(ConfigError, match="rule"):
+        tune_out_of_fold(cands, exs, [0, 1] * 5, rules=("nope",))
+    with pytest.raises(ConfigError, match="no decoding setting"):
+        tune_out_of_fold({}, exs, [0, 1] * 5)
+
+
+def test_bootstrap_interval_holds_the_mean_and_narrows_with_more_questions():
+    rng = np.random.default_rng(0)
+    small, large = rng.random(50), rng.random(2000)
+    lo, hi = bootstrap_interval(small, 2000)
+    assert lo < 100 * small.mean() < hi
+    lo2, hi2 = bootstrap_interval(large, 2000)
+    assert (hi2 - lo2) < (hi - lo) / 3
+    # the standard error of a mean of 0/1 scores at p=0.5 over 50 questions is ~7 points: interval ~ +-14
+    coin = np.array([0.0, 1.0] * 25)
+    lo3, hi3 = bootstrap_interval(coin, 4000)
+    assert math.isclose(hi3 - lo3, 2 * 1.96 * 100 * 0.5 / math.sqrt(50), rel_tol=0.15)
+    with pytest.raises(ConfigError):
+        bootstrap_interval([])
+
+
+def test_breakdown_per_answerability_and_type():
+    exs, cands = _tuning_case(10)
+    answers = [NO_ANSWER if e.is_impossible else "甲乙丙" for e in exs]
+    f1 = np.ones(10)
+    t = breakdown(exs, f1, f1, answers)
+    assert t["all"]["n"] == 10 and t["all"]["F1"] == 100.0 and t["all"]["baseline_F1"] == 50.0
+    assert t["answerable"]["answered"] == 5 and t["unanswerable"]["answered"] == 0
+    assert t["type ?"]["n"] == 10
