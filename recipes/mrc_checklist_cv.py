@@ -83,7 +83,8 @@ def train_one(args, train_exs, out_dir: str):
                      precision=args.precision, save_final=True, group_by_length=True)
     t0 = time.time()
     summary = train_mrc(model, train_exs, out_dir, tune=False, train=tc, max_length=args.max_length,
-                        doc_stride=args.doc_stride, info={"recipe": "recipes/mrc_checklist_cv.py"})
+                        doc_stride=args.doc_stride, info={"recipe": "recipes/mrc_checklist_cv.py", "data": os.path.basename(args.data),
+                              "repeat": args.repeat, "extra": args.extra})
     print(f"  trained {summary.get('steps')} steps in {time.time() - t0:.0f} s "
           f"(final loss {summary.get('train_loss', summary.get('loss'))})", file=sys.stderr)
     return model

@@ -145,3 +145,51 @@ def test_breakdown_per_answerability_and_type():
     assert t["all"]["n"] == 10 and t["all"]["F1"] == 100.0 and t["all"]["baseline_F1"] == 50.0
     assert t["answerable"]["answered"] == 5 and t["unanswerable"]["answered"] == 0
     assert t["type ?"]["n"] == 10
+
+
+def test_the_cross_validation_recipe_end_to_end(tmp_path):
+    """recipes/mrc_checklist_cv.py on the 8-question checklist fixture with a tiny span model: 2 folds, 2
+    steps each, then the final model with the pooled choice and the cross-validation record that `bertfam
+    demo` prints; a second run reuses every fold's predictions (resumable)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import bertfam
+    from bertfam import HeadConfig, Tokenizer, preset
+    from bertfam.config import MRCSettings
+
+    from .conftest import ZH_VOCAB
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tok = Tokenizer.from_vocab(ZH_VOCAB)
+    cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=1, max_position_embeddings=128,
+                 head=HeadConfig(task="span", answerability=True, mrc=MRCSettings(max_length=128, doc_stride=64)))
+    base = tmp_path / "base"
+    bertfam.build_model(cfg, seed=0).save_pretrained(str(base), tokenizer=tok)
+    out = tmp_path / "cv"
+    cmd = [sys.executable, os.path.join(root, "recipes", "mrc_checklist_cv.py"), "--out", str(out), "--base", str(base),
+           "--data", os.path.join(root, "tests", "fixtures", "mrc", "checklist_demo_cut.json"), "--folds", "2",
+           "--steps", "2", "--batch-size", "4", "--extra", "", "--max-length", "128", "--doc-stride", "64",
+           "--threads", "1", "--final"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "== reader: out-of-fold F1" in r.stdout and "pooled choice" in r.stdout
+    folds = json.load(open(out / "folds.json"))
+    assert sorted(set(folds.values())) == [0, 1] and len(folds) == 8
+    cv = json.load(open(out / "cv.json"))
+    assert {x["label"] for x in cv["reports"]} >= {"reader", "fused signals (logistic regression)"}
+    assert set(cv["signals"]["auc"]) == {"null_diff", "p_answerable"}
+    final = bertfam.from_pretrained(str(out / "final"))
+    rec = final.config.head.info["cross_validation"]
+    assert rec["questions"] == 8 and rec["folds"] == 2 and rec["baseline_f1"] == 50.0
+    best = next(x for x in cv["reports"] if x["label"] == cv["best"])
+    assert rec["oof_f1"] == best["oof_f1"]
+    mrc = final.config.head.mrc
+    ext, length = best["pooled"]["setting"].split("/")
+    assert (mrc.answer_extension, mrc.max_answer_length) == (ext, int(length)) and mrc.verifier is None
+    # rerun: every fold's predictions and the final model are reused, the same table comes out
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "held out" not in again.stderr
+    assert json.load(open(out / "cv.json"))["reports"][0]["oof_f1"] == cv["reports"][0]["oof_f1"]

@@ -165,7 +165,9 @@ def _print_rule(model, predictor) -> None:
               f"{v.num_parameters()['total'] / 1e6:.1f}M parameters{', int8' if is_int8(v) else ''} "
               "(question-passage relevance)")
     print(f"  no-answer thresholds: {rule}")
-    if predictor.answer_extension != "none":
+    if predictor.answer_extension == "trim":
+        print("  answers cut at their first sentence end")
+    elif predictor.answer_extension != "none":
         print(f"  answers widened to their {predictor.answer_extension}")
     print()
 
