@@ -108,8 +108,16 @@ def raw_candidates(model, exs, relevance) -> dict:
 
 
 def relevance_of(exs, verifier_dir, path: str) -> list:
+    """One verifier score per example: a verifier directory's, or the out-of-fold scores of a
+    recipes/mrc_verifier_cv.py run (its oof.json: each fold scored by a verifier trained without it)."""
     if not verifier_dir:
         return [None] * len(exs)
+    oof = os.path.join(verifier_dir, "oof.json")
+    if os.path.isfile(oof):
+        rel = json.load(open(oof))
+        if len(rel) != len(exs):
+            raise SystemExit(f"{oof}: {len(rel)} scores for {len(exs)} questions (another data file?)")
+        return rel
     if os.path.isfile(path):
         return json.load(open(path))
     from bertfam.tasks.mrc.verifier import RelevanceVerifier
@@ -186,7 +194,9 @@ def main() -> int:
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--doc-stride", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--verifier", default=None, help="e5 verifier directory: adds the verifier and all rules")
+    ap.add_argument("--verifier", default=None,
+                    help="a verifier directory, or a recipes/mrc_verifier_cv.py run (its out-of-fold scores): "
+                         "adds the verifier and all rules")
     ap.add_argument("--no-train", action="store_true", help="score --base itself out of fold (no fine-tuning)")
     ap.add_argument("--members", default=None, metavar="RUN,RUN",
                     help="no training: score the logit-averaged ensemble of these runs' fold models out of fold")
@@ -227,6 +237,9 @@ def main() -> int:
             atomic_write_text(path, json.dumps(c))
             del model
         pieces[f] = json.load(open(path))
+        for raws in pieces[f].values():  # kept predictions get this run's verifier scores
+            for i, r in zip(idx, raws):
+                r["relevance"] = rel[i]
     if len(pieces) < args.folds:
         print(f"{len(pieces)} of {args.folds} folds done; the out-of-fold table needs all", file=sys.stderr)
         return 0

@@ -451,3 +451,21 @@ def test_kbert_finetune_reports_injected_entities(tiny, tmp_path, capsys, caplog
 
     n = [int(x) for x in re.findall(r"(\d+) (?:sentences|with|entities injected)", lines[0])]
     assert n[0] == 2 and 1 <= n[1] <= n[0] and n[2] >= n[1], lines[0]
+
+
+def test_freeze_layers_trains_only_the_top(tiny, tmp_path, capsys):
+    """--freeze-layers 1: the embeddings and layer 0 come out exactly as they went in, layer 1 and the head
+    are trained; more layers than the model has is one line, exit 2."""
+    from bertfam import from_pretrained
+
+    out = tmp_path / "frozen"
+    train = fx("glue", "SST-2", "train.tsv")
+    rc, _, err = cli(capsys, "finetune", "--task", "sst2", "--model", tiny, "--train", train, "--out", out,
+                     "--epochs", "1", "--freeze-layers", "1", "--final-only", *FAST)
+    assert rc == 0, err
+    before, after = from_pretrained(tiny).state_dict(), from_pretrained(str(out)).state_dict()
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved and all(k.startswith(("backbone.encoder.layers.1.", "backbone.pooler.")) for k in moved)
+    rc, _, err = cli(capsys, "finetune", "--task", "sst2", "--model", tiny, "--train", train,
+                     "--out", tmp_path / "bad", "--freeze-layers", "3", *FAST)
+    assert rc == 2 and "freeze_layers=3: the model has 2 distinct encoder layers" in err

