@@ -192,6 +192,9 @@ class QuantizationConfig(TypedSettings):
                   f"a non-empty list of {', '.join(INT8_MODULES)}")
 
 
+CLASSIFIER_POOLING = ("pooler", "cls_dense", "mean")
+
+
 @dataclass
 class HeadConfig:
     """What sits on top of the backbone. Saved inside config.json under "head"; `info` is saved apart, in
@@ -203,7 +206,8 @@ class HeadConfig:
     # label -> readable name, where the data has one (TNEWS "104" -> "news_finance"); pipelines answer with it
     label_descriptions: dict[str, str] = field(default_factory=dict)
     # "pooler": dropout + linear on the pooled [CLS] (BERT/ALBERT);
-    # "cls_dense": dense + tanh + linear on the [CLS] hidden state (RoBERTa's head)
+    # "cls_dense": dense + tanh + linear on the [CLS] hidden state (RoBERTa's head);
+    # "mean": dropout + linear on the mean of the real tokens' states (e5, sentence-transformers)
     classifier_pooling: str = "pooler"
     classifier_dropout: Optional[float] = None
     pair_objective: Optional[str] = None  # pretraining: "nsp" | "sop" | None (MLM only)
@@ -215,6 +219,8 @@ class HeadConfig:
     info: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.classifier_pooling not in CLASSIFIER_POOLING:
+            raise ConfigError(f"head.classifier_pooling {self.classifier_pooling!r} not in {', '.join(CLASSIFIER_POOLING)}")
         if self.mrc is not None:
             self.mrc = MRCSettings.from_dict(self.mrc)
         if self.finetune is not None:

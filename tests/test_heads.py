@@ -128,3 +128,45 @@ def test_mlm_labels_with_nothing_to_predict_give_a_zero_loss(tiny_cfg):
     ids, am = _inputs()
     out = m(ids, am, labels=torch.full((3, 10), -100))
     assert float(out.loss.detach()) == 0.0 and out.loss.requires_grad
+
+
+def test_mean_pooling_classifier_reads_the_real_tokens_mean():
+    """classifier_pooling="mean": the logits are the linear head on the mean of the real tokens' final
+    states, so padding a sequence further does not change them; an unknown pooling is a ConfigError."""
+    import pytest
+    import torch
+
+    import bertfam
+    from bertfam.config import HeadConfig
+    from bertfam.modeling import build_model
+
+    cfg = bertfam.preset("bert-tiny", vocab_size=50, hidden_size=16, num_attention_heads=2, intermediate_size=32,
+                         num_hidden_layers=2, max_position_embeddings=32,
+                         head=HeadConfig(task="classification", num_labels=2, classifier_pooling="mean"))
+    m = build_model(cfg, seed=0).eval()
+    ids = torch.tensor([[2, 7, 9, 4, 3, 0, 0], [2, 5, 3, 0, 0, 0, 0]])
+    mask = ids.ne(0).long()
+    with torch.no_grad():
+        logits = m(ids, mask, packed=False).logits  # (2, 2)
+        h = m.backbone(ids[:1, :5], mask[:1, :5], packed=False).last_hidden_state  # (1, 5, H): row 0 unpadded
+        want = m.classifier.classifier(h.mean(1))
+        short = m(ids[1:, :3], mask[1:, :3]).logits
+    assert torch.allclose(logits[:1], want, atol=1e-5) and torch.allclose(logits[1:], short, atol=1e-5)
+    with pytest.raises(bertfam.ConfigError, match="classifier_pooling 'max' not in pooler, cls_dense, mean"):
+        HeadConfig(task="classification", classifier_pooling="max")
+
+
+def test_mean_pooling_classifier_is_not_exported_to_hugging_face(tmp_path):
+    """transformers' sequence classifiers read [CLS]: exporting a mean-pooling head would give other logits."""
+    import pytest
+
+    import bertfam
+    from bertfam.config import HeadConfig
+    from bertfam.convert.hf import export_hf
+    from bertfam.modeling import build_model
+
+    cfg = bertfam.preset("bert-tiny", vocab_size=50, hidden_size=16, num_attention_heads=2, intermediate_size=32,
+                         num_hidden_layers=1, max_position_embeddings=32,
+                         head=HeadConfig(task="classification", num_labels=2, classifier_pooling="mean"))
+    with pytest.raises(bertfam.ConfigError, match="no Hugging Face"):
+        export_hf(build_model(cfg, seed=0), str(tmp_path / "hf"))

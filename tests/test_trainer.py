@@ -181,6 +181,21 @@ def test_no_decay_groups_and_layerwise_lr(tiny_cfg):
                 assert g["lr"] == 1.0
 
 
+def test_head_lr_applies_to_the_pooler_and_head_only(tiny_cfg):
+    """head_lr: the pooler and the head train at their own peak lr, the layers keep the (decayed) lr."""
+    m = _model(tiny_cfg)
+    groups = param_groups(m, lr=1.0, weight_decay=0.1, layerwise_lr_decay=0.5, head_lr=20.0)
+    names = {id(p): n for n, p in m.named_parameters()}
+    seen = set()
+    for g in groups:
+        for p in g["params"]:
+            n = names[id(p)]
+            head = n.startswith("classifier.") or "pooler" in n
+            assert (g["lr"] == 20.0) == head, n
+            seen.add(head)
+    assert seen == {True, False}
+
+
 def test_empty_data_and_bad_config(tmp_path, tiny_cfg):
     with pytest.raises(bertfam.DataError):
         Trainer(_model(tiny_cfg), TrainConfig(out_dir=str(tmp_path)), [], _collate)

@@ -21,6 +21,7 @@ FAMILY_CFGS = {
 HEADS = [dict(task=None), dict(task="mlm"), dict(task="pretraining", pair_objective="nsp"),
          dict(task="classification", num_labels=3), dict(task="classification", num_labels=3,
                                                          classifier_pooling="cls_dense"),
+         dict(task="classification", num_labels=3, classifier_pooling="mean"),
          dict(task="regression", num_labels=1), dict(task="token", num_labels=5), dict(task="span")]
 
 

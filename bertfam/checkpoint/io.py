@@ -116,7 +116,8 @@ def with_task(cfg: ModelConfig, task: Optional[str], head_kwargs: dict) -> tuple
             raise ConfigError(f"unknown head option: {e}") from None
         if head.labels and head.num_labels != len(head.labels):
             head.num_labels = len(head.labels)
-        new = new or any(k in head_kwargs for k in ("num_labels", "labels", "answerability", "pair_objective"))
+        new = new or any(k in head_kwargs for k in ("num_labels", "labels", "answerability", "pair_objective")) \
+            or head_kwargs.get("classifier_pooling", head.classifier_pooling) != cfg.head.classifier_pooling
     return dataclasses.replace(cfg, head=head), new
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 
 from .common import (add_checkpoint_args, add_optimization_args, add_run_config, add_threads_arg, float_range,
-                     int_range, non_negative_float, non_negative_int, open_fraction, positive_int, set_threads,
+                     int_range, non_negative_float, non_negative_int, open_fraction, positive_float, positive_int,
+                     set_threads,
                      train_config)
 
 INT8_HELP = "run the model in int8 (quantized weights and activations; an int8 checkpoint needs no flag)"
@@ -22,6 +23,8 @@ def _train_args(p) -> None:
     p.add_argument("--weight-decay", type=non_negative_float, default=0.01)
     p.add_argument("--layerwise-lr-decay", type=float_range(0, 1, lo_open=True), default=None,
                    help="e.g. 0.95 (lower layers learn slower)")
+    p.add_argument("--head-lr", type=positive_float, default=None, metavar="LR",
+                   help="peak lr of the pooler and the new head (default: --lr); e.g. 1e-3 for a head on e5")
     p.add_argument("--early-stopping", dest="early_stopping_patience", type=positive_int, default=None, metavar="N",
                    help="stop after N evaluations without dev improvement")
     p.add_argument("--eval-every", type=non_negative_int, default=0,
@@ -34,6 +37,9 @@ def _train_args(p) -> None:
                    help="do not train the word-embedding matrix (fast with huge multilingual vocabularies)")
     p.add_argument("--freeze-layers", type=non_negative_int, default=0, metavar="N",
                    help="do not train the embeddings and the first N encoder layers (default 0: train all)")
+    p.add_argument("--classifier-pooling", default=None, choices=["pooler", "cls_dense", "mean"],
+                   help="what the classification head reads (default: the base model's own; mean: the token "
+                        "mean, for encoders trained with mean-pooled embeddings such as e5)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     add_threads_arg(p)
     add_checkpoint_args(p)
@@ -121,7 +127,8 @@ def _options(args):
 
     return FinetuneOptions(max_length=args.max_length, dev_ratio=args.dev_ratio, max_train=args.max_train,
                            freeze_word_embeddings=args.freeze_word_embeddings,
-                           freeze_layers=args.freeze_layers, kg=_csv(getattr(args, "kg", None)),
+                           freeze_layers=args.freeze_layers, classifier_pooling=args.classifier_pooling,
+                           kg=_csv(getattr(args, "kg", None)),
                            resume=getattr(args, "resume", False),
                            train=train_config(args, FinetuneOptions.default_train()))
 

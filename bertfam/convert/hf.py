@@ -290,6 +290,9 @@ def export_hf(model, out_dir: str) -> None:
     cfg = model.config
     if cfg.quantization is not None:
         raise ConfigError("convert --to hf: the model is int8 (bertfam's own format); convert its float original")
+    if cfg.head.task in ("classification", "regression") and cfg.head.classifier_pooling == "mean":
+        raise ConfigError("convert --to hf: a classifier on the token mean (classifier_pooling 'mean') has no "
+                          "Hugging Face *ForSequenceClassification equivalent (they read [CLS])")
     if cfg.head.task == "span" and cfg.head.answerability:
         log.warning("the answerability classifier has no Hugging Face equivalent and is not exported")
     d = config_to_hf(cfg)

@@ -61,7 +61,9 @@ def _dropout(cfg: ModelConfig) -> nn.Dropout:
 
 class SequenceClassifier(nn.Module):
     """pooling="pooler": dropout + linear on the pooler output (BERT, ALBERT, ERNIE).
-    pooling="cls_dense": dense + tanh + linear on the [CLS] hidden state (RoBERTa)."""
+    pooling="cls_dense": dense + tanh + linear on the [CLS] hidden state (RoBERTa).
+    pooling="mean": dropout + linear on the mean of the real tokens' states: an encoder trained for
+    mean-pooled sentence embeddings (e5) carries its signal there, not in [CLS] or an untrained pooler."""
 
     def __init__(self, cfg: ModelConfig, num_labels: int):
         super().__init__()
@@ -70,8 +72,10 @@ class SequenceClassifier(nn.Module):
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size) if self.pooling == "cls_dense" else None
         self.classifier = nn.Linear(cfg.hidden_size, num_labels)
 
-    def forward(self, first: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
-        """first: (B, H) [CLS] states; pooled: (B, H) pooler output."""
+    def forward(self, first: torch.Tensor, pooled: torch.Tensor, mean: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """first: (B, H) [CLS] states; pooled: (B, H) pooler output; mean: (B, H) token mean ("mean" pooling)."""
+        if self.pooling == "mean":
+            return self.classifier(self.dropout(mean))
         x = torch.tanh(self.dense(self.dropout(first))) if self.dense is not None else pooled
         return self.classifier(self.dropout(x))  # (B, num_labels)
 
@@ -195,7 +199,8 @@ class ClassificationHead(Head):
         self.classifier = self.parts["classifier"] = SequenceClassifier(cfg, n)
 
     def forward(self, enc, labels=None, **_) -> dict:
-        logits = self.classifier(enc.first(), enc.pooled)  # (B, C)
+        mean = enc.mean() if self.classifier.pooling == "mean" else None
+        logits = self.classifier(enc.first(), enc.pooled, mean)  # (B, C)
         return {"logits": logits, "loss": None if labels is None else self.loss(logits, labels)}
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -62,6 +62,7 @@ class EncoderOutput:
     hidden_states: Optional[list] = None  # L+1 tensors (B, T, H); only padded
     attentions: Optional[list] = None  # (B, heads, T, T) per layer; only padded
     embedding_output: Optional[torch.Tensor] = None  # (B, T, H); only padded
+    mask: Optional[torch.Tensor] = None  # (B, T) real tokens of a padded batch; None: all are (or packed)
 
     @property
     def packed(self) -> bool:
@@ -75,6 +76,19 @@ class EncoderOutput:
     def first(self) -> torch.Tensor:
         """(B, H) state of each sequence's first token ([CLS])."""
         return self.states.index_select(0, self.plan.first) if self.plan is not None else self.states[:, 0]
+
+    def mean(self) -> torch.Tensor:
+        """(B, H) mean of each sequence's real-token states (the sentence embedding of e5 and
+        sentence-transformers), the same numbers in both layouts."""
+        if self.plan is not None:
+            lengths = torch.as_tensor(self.plan.lengths, device=self.states.device)  # (B,)
+            seq = torch.repeat_interleave(torch.arange(self.plan.batch, device=self.states.device), lengths)  # (N,)
+            total = self.states.new_zeros(self.plan.batch, self.states.shape[-1]).index_add_(0, seq, self.states)
+            return total / lengths.clamp(min=1)[:, None].to(total.dtype)
+        if self.mask is None:
+            return self.states.mean(1)
+        m = self.mask[:, :, None].to(self.states.dtype)  # (B, T, 1)
+        return (self.states * m).sum(1) / m.sum(1).clamp(min=1)
 
     def at(self, positions: torch.Tensor) -> torch.Tensor:
         """(M, H) states where the (B, T) bool mask is True, in row-major order in both layouts."""

@@ -90,7 +90,8 @@ class BertfamModel(nn.Module):
         x = self.embeddings(ids, token_type_ids, position_ids, task_type_ids, inputs_embeds)  # (B, T, H)
         h, hidden, scores = self.encoder(x, extended_mask(attention_mask, x.dtype), output_hidden_states,
                                          output_attentions)  # (B, T, H)
-        return EncoderOutput(h, self.pool(h[:, 0]), None, hidden, scores, x if output_hidden_states else None)
+        mask = attention_mask.bool() if attention_mask is not None and attention_mask.dim() == 2 else None
+        return EncoderOutput(h, self.pool(h[:, 0]), None, hidden, scores, x if output_hidden_states else None, mask)
 
     def _encode_packed(self, ids, p, token_type_ids, position_ids, task_type_ids, inputs_embeds) -> EncoderOutput:
         B, T = ids.shape

@@ -51,6 +51,9 @@ class FinetuneOptions(RunOptions):
     # pairs) moves only the top of a pretrained encoder, backward stops at layer N (faster), and the trained
     # part alone is what differs from the base model
     freeze_layers: int = 0
+    # the classification head's input (HeadConfig.classifier_pooling: pooler, cls_dense, mean); None: the
+    # base model's own
+    classifier_pooling: Optional[str] = None
     kg: Optional[Sequence[str]] = None  # K-BERT knowledge graph files (.spo)
     resume: bool = False  # continue from the latest checkpoint under out/checkpoints
     # the trainer's fields (its seed also draws the dev split, the training subset and a new head);
@@ -156,6 +159,8 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
                       "dev": dev_note}]}
     head_kw = {"labels": labels, "num_labels": max(1, len(labels)), "finetune": settings, "info": info,
                "label_descriptions": label_descriptions(train_ex, labels)}
+    if opts.classifier_pooling is not None:
+        head_kw["classifier_pooling"] = opts.classifier_pooling
     model = from_pretrained(model_dir, task=spec.head, seed=seed, dequantize=True, **head_kw)
     if opts.freeze_word_embeddings:
         model.backbone.embeddings.word.weight.requires_grad_(False)

@@ -19,9 +19,11 @@ def _depth(name: str, num_layers: int) -> int:
 
 
 def param_groups(model: nn.Module, lr: float, weight_decay: float = 0.01,
-                 layerwise_lr_decay: Optional[float] = None) -> list[dict]:
+                 layerwise_lr_decay: Optional[float] = None, head_lr: Optional[float] = None) -> list[dict]:
     """Bias and LayerNorm weights get no weight decay. With layer-wise decay d, a parameter at depth k
-    (embeddings 0, layers 1..L, heads L+1) trains with lr * d ** (L + 1 - k)."""
+    (embeddings 0, layers 1..L, heads L+1) trains with lr * d ** (L + 1 - k). head_lr: the peak lr of the
+    pooler and heads (depth L+1) instead: a new head on an encoder whose states are small (e5's unit-scale
+    embeddings, contrastive temperature 0.01) needs far larger steps than the pretrained layers."""
     cfg = getattr(model, "config", None)
     n_layers = len(getattr(getattr(getattr(model, "backbone", None), "encoder", None), "layers", [])) or \
         (cfg.num_hidden_layers if cfg is not None else 0)
@@ -35,9 +37,11 @@ def param_groups(model: nn.Module, lr: float, weight_decay: float = 0.01,
         scale = 1.0
         if layerwise_lr_decay is not None:
             scale = layerwise_lr_decay ** (n_layers + 1 - _depth(name, n_layers))
-        key = (no_decay, scale)
-        g = groups.setdefault(key, {"params": [], "weight_decay": 0.0 if no_decay else weight_decay,
-                                    "lr": lr * scale})
+        at = lr * scale
+        if head_lr is not None and _depth(name, n_layers) == n_layers + 1:
+            at = head_lr
+        key = (no_decay, at)
+        g = groups.setdefault(key, {"params": [], "weight_decay": 0.0 if no_decay else weight_decay, "lr": at})
         g["params"].append(p)
     return list(groups.values())
 

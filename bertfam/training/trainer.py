@@ -52,6 +52,7 @@ class TrainConfig:
     log_every: int = 10
     eval_every: int = 0  # optimizer steps between evaluations (0: end of each epoch only)
     layerwise_lr_decay: Optional[float] = None
+    head_lr: Optional[float] = None  # peak lr of the pooler and heads (None: lr, with the layer-wise decay)
     metric_for_best: Optional[str] = None
     greater_is_better: bool = True
     early_stopping_patience: Optional[int] = None  # evaluations without improvement
@@ -161,7 +162,8 @@ class Trainer:
         self.total_steps = cfg.max_steps or max(1, int(round(cfg.epochs * per_epoch)))
         self.n_epochs = math.ceil(self.total_steps / per_epoch)
         warm = cfg.warmup_steps if cfg.warmup_steps is not None else int(cfg.warmup_ratio * self.total_steps)
-        self.optim = torch.optim.AdamW(param_groups(self.model, cfg.lr, cfg.weight_decay, cfg.layerwise_lr_decay),
+        self.optim = torch.optim.AdamW(param_groups(self.model, cfg.lr, cfg.weight_decay, cfg.layerwise_lr_decay,
+                                                   cfg.head_lr),
                                        lr=cfg.lr, betas=(0.9, 0.999), eps=1e-6 if cfg.lr > 1e-3 else 1e-8)
         self.sched = linear_schedule(self.optim, warm, self.total_steps)
         self.amp_dtype = self._precision()
