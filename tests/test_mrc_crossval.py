@@ -193,3 +193,57 @@ def test_the_cross_validation_recipe_end_to_end(tmp_path):
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "held out" not in again.stderr
     assert json.load(open(out / "cv.json"))["reports"][0]["oof_f1"] == cv["reports"][0]["oof_f1"]
+
+
+def test_the_verifier_cross_validation_recipe_feeds_the_reader_recipe(tmp_path):
+    """recipes/mrc_verifier_cv.py on the 8-question fixture with a tiny encoder: per fold a pair classifier
+    with its bottom layer frozen, one out-of-fold score per question, the final model's delta (only the
+    trained tensors); recipes/mrc_checklist_cv.py --verifier RUN then uses those scores as its relevance
+    signal (its AUC is reported) and tunes the verifier rules on them."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import bertfam
+    from bertfam import HeadConfig, Tokenizer, preset
+    from bertfam.config import MRCSettings
+    from safetensors.torch import load_file
+
+    from .conftest import ZH_VOCAB
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    data = os.path.join(root, "tests", "fixtures", "mrc", "checklist_demo_cut.json")
+    tok = Tokenizer.from_vocab(ZH_VOCAB)
+    enc = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=2, max_position_embeddings=128)
+    bertfam.build_model(enc, seed=0).save_pretrained(str(tmp_path / "enc"), tokenizer=tok)
+    vcv = tmp_path / "vcv"
+    r = subprocess.run([sys.executable, os.path.join(root, "recipes", "mrc_verifier_cv.py"), "--out", str(vcv),
+                        "--base", str(tmp_path / "enc"), "--data", data, "--folds", "2", "--steps", "2",
+                        "--batch-size", "4", "--extra", "", "--max-length", "128", "--freeze-layers", "1",
+                        "--precision", "fp32", "--float", "--threads", "1", "--final"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    oof = json.load(open(vcv / "oof.json"))
+    assert len(oof) == 8 and all(0.0 <= x <= 1.0 for x in oof)
+    assert "pooled out-of-fold AUC" in r.stdout
+    delta = load_file(str(vcv / "final" / "delta" / "delta.safetensors"))
+    assert delta and all(k.startswith(("backbone.encoder.layers.1.", "backbone.pooler.", "classifier."))
+                         for k in delta)
+    assert json.load(open(vcv / "final" / "delta" / "head.json"))["classifier_pooling"] == "mean"
+    cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=1, max_position_embeddings=128,
+                 head=HeadConfig(task="span", answerability=True, mrc=MRCSettings(max_length=128, doc_stride=64)))
+    bertfam.build_model(cfg, seed=0).save_pretrained(str(tmp_path / "reader"), tokenizer=tok)
+    cv = tmp_path / "cv"
+    r = subprocess.run([sys.executable, os.path.join(root, "recipes", "mrc_checklist_cv.py"), "--out", str(cv),
+                        "--base", str(tmp_path / "reader"), "--data", data, "--folds", "2", "--steps", "2",
+                        "--batch-size", "4", "--extra", "", "--max-length", "128", "--doc-stride", "64",
+                        "--threads", "1", "--verifier", str(vcv)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.load(open(cv / "cv.json"))
+    assert "relevance" in res["signals"]["auc"]
+    assert any(x["label"] == "reader + verifier rules" for x in res["reports"])
+    raws = json.load(open(cv / "fold0.raw.json"))
+    folds = json.load(open(cv / "folds.json"))
+    held = [i for i, f in enumerate(folds.values()) if f == 0]
+    assert [r["relevance"] for r in raws["none/8"]] == [oof[i] for i in held]
