@@ -170,3 +170,18 @@ def test_mean_pooling_classifier_is_not_exported_to_hugging_face(tmp_path):
                          head=HeadConfig(task="classification", num_labels=2, classifier_pooling="mean"))
     with pytest.raises(bertfam.ConfigError, match="no Hugging Face"):
         export_hf(build_model(cfg, seed=0), str(tmp_path / "hf"))
+
+
+def test_mean_pool_over_any_token_axis():
+    """modeling.pooling.mean_pool: padding never counts, the token axis can be any, an empty row is zeros."""
+    import torch
+
+    from bertfam.modeling.pooling import mean_pool
+
+    h = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)  # (B, T, H)
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0]])
+    got = mean_pool(h, mask)
+    assert torch.equal(got[0], h[0, :2].mean(0)) and torch.equal(got[1], torch.zeros(4))
+    layers = torch.stack([h, 2 * h], dim=1)  # (B, L, T, H)
+    assert torch.equal(mean_pool(layers, mask, dim=2)[:, 1], 2 * got)
+    assert torch.equal(mean_pool(h, None), h.mean(1))

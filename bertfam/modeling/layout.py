@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 import torch
 
+from .pooling import mean_pool
 from .varlen import Packed, pack_info, repad, unpad
 
 PADDED_ENV = "BERTFAM_PADDED"
@@ -85,10 +86,7 @@ class EncoderOutput:
             seq = torch.repeat_interleave(torch.arange(self.plan.batch, device=self.states.device), lengths)  # (N,)
             total = self.states.new_zeros(self.plan.batch, self.states.shape[-1]).index_add_(0, seq, self.states)
             return total / lengths.clamp(min=1)[:, None].to(total.dtype)
-        if self.mask is None:
-            return self.states.mean(1)
-        m = self.mask[:, :, None].to(self.states.dtype)  # (B, T, 1)
-        return (self.states * m).sum(1) / m.sum(1).clamp(min=1)
+        return mean_pool(self.states, self.mask)
 
     def at(self, positions: torch.Tensor) -> torch.Tensor:
         """(M, H) states where the (B, T) bool mask is True, in row-major order in both layouts."""

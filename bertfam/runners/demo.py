@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from ..errors import BertfamError, ConfigError
+from ..modeling.pooling import mean_pool
 
 SHIPPED_MODEL = "mrc-zh-e5small-l6"  # models/<name> in the repository
 DEMO_DATA = "dureader_checklist_demo.json"  # bertfam/resources/, see resources/README.md
@@ -297,7 +298,6 @@ def encoder_demo(model_dir: Optional[str] = None, int8: bool = False) -> dict:
         n = int(enc["attention_mask"][i].sum())
         print(f"  {s}\n    tokens ({n}): {' '.join(tok.convert_ids_to_tokens(enc['input_ids'][i][:n].tolist()))}")
     print(f"last_hidden_state: {tuple(out.last_hidden_state.shape)}  pooler_output: {tuple(out.pooler_output.shape)}")
-    mask = enc["attention_mask"].unsqueeze(-1).float()
-    emb = torch.nn.functional.normalize((out.last_hidden_state * mask).sum(1) / mask.sum(1), dim=-1)
+    emb = torch.nn.functional.normalize(mean_pool(out.last_hidden_state, enc["attention_mask"]), dim=-1)
     print(f"cosine(zh, en) of mean-pooled vectors: {float(emb[0] @ emb[1]):.3f}")
     return {"model": model_dir, "shape": tuple(out.last_hidden_state.shape)}

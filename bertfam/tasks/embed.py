@@ -18,6 +18,7 @@ import torch
 from ..config import fit_max_length
 from ..errors import ConfigError, DataError
 from ..modeling.optimize import optimize_for_inference
+from ..modeling.pooling import mean_pool
 from ..utils import atomic_path
 
 log = logging.getLogger("bertfam")
@@ -73,11 +74,10 @@ def embed_texts(model_or_dir, texts: Sequence, layers: Sequence[int] = (-1,), po
     for s in range(0, len(texts), batch_size):
         enc, hs = _encode_batch(model, texts[s:s + batch_size], max_length)
         h = torch.stack([hs[i] for i in idx], dim=1)  # (B, n_layers, T, H)
-        mask = enc["attention_mask"][:, None, :, None].to(h.dtype)  # (B, 1, T, 1)
         if "cls" in res:
             res["cls"].append(h[:, :, 0].numpy())
         if "mean" in res:
-            res["mean"].append(((h * mask).sum(2) / mask.sum(2).clamp(min=1)).numpy())
+            res["mean"].append(mean_pool(h, enc["attention_mask"], dim=2).numpy())  # (B, n_layers, H)
         if tokens:
             for i in range(h.shape[0]):
                 n = int(enc["attention_mask"][i].sum())

@@ -27,6 +27,7 @@ import torch
 from ...errors import CheckpointError, ConfigError
 from ...modeling.int8 import is_int8
 from ...modeling.optimize import optimize_for_inference
+from ...modeling.pooling import mean_pool
 
 
 class RelevanceVerifier:
@@ -88,8 +89,7 @@ class RelevanceVerifier:
             enc = self.tokenizer([texts[i] for i in idx], None, max_length=max_length, truncation=True,
                                  padding="longest")
             h = self.model.backbone(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]).last_hidden_state
-            mask = enc["attention_mask"][:, :, None].to(h.dtype)  # (B, T, 1)
-            v = (h * mask).sum(1) / mask.sum(1).clamp(min=1)  # (B, H)
+            v = mean_pool(h, enc["attention_mask"])  # (B, H)
             v = torch.nn.functional.normalize(v.float(), dim=-1)
             for j, i in enumerate(idx):
                 out[i] = v[j].numpy()
