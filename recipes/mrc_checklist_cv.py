@@ -120,9 +120,9 @@ def relevance_of(exs, verifier_dir, path: str) -> list:
         return rel
     if os.path.isfile(path):
         return json.load(open(path))
-    from bertfam.tasks.mrc.verifier import RelevanceVerifier
+    from bertfam.tasks.mrc.verifier import load_verifier
 
-    v = RelevanceVerifier.load(verifier_dir)
+    v = load_verifier(verifier_dir)
     rel = [float(x) for x in v.scores(items_of(exs))]
     atomic_write_text(path, json.dumps(rel))
     return rel

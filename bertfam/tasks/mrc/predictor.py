@@ -34,7 +34,7 @@ class MRCPredictor:
     (`optimize_for_inference(m, int8=True)`, modeling/int8.py; an int8 checkpoint is int8 anyway).
 
     verifier: None = the one the first model's `head.mrc.verifier` names (a directory next to its
-    config.json; none if it names none), False = no verifier, a directory path or a `RelevanceVerifier`."""
+    config.json; none if it names none), False = no verifier, a directory path or a `Verifier`."""
 
     def __init__(self, model, tokenizer=None, max_length: Optional[int] = None, doc_stride: Optional[int] = None,
                  max_answer_length: Optional[int] = None, n_best: Optional[int] = None, batch_size: int = 32,
@@ -173,8 +173,8 @@ class MRCPredictor:
 
 
 def _verifier_of(model, verifier):
-    """The RelevanceVerifier `verifier` asks for (see MRCPredictor), loaded once."""
-    from .verifier import RelevanceVerifier
+    """The Verifier `verifier` asks for (see MRCPredictor), loaded once."""
+    from .verifier import load_verifier
 
     if verifier is False:
         return None
@@ -192,7 +192,7 @@ def _verifier_of(model, verifier):
                               f"build-verifier {home}` builds an e5 one (make does, for the shipped model), or run "
                               "without it (--no-verifier, verifier=False)")
     if isinstance(verifier, str):
-        return RelevanceVerifier.load(verifier)
+        return load_verifier(verifier)
     return verifier
 
 

@@ -1,20 +1,22 @@
-"""A question-passage verifier for the no-answer rule, of one of two kinds (told apart by the model's head):
+"""A question-passage verifier for the no-answer rule, of one of two kinds (told apart by the model's head;
+`verifier_for` / `load_verifier` pick it):
 
-- relevance (an encoder without a head): the cosine of the question's and the passage's sentence embeddings
-  from a retrieval encoder (multilingual-e5: mean-pooled last layer, "query: " / "passage: " prefixes);
-- pair classifier (a 2-label `classification` head, e.g. `bertfam finetune --task custom --labels no,yes`
-  on question-passage pairs, `recipes/mrc_verifier_pairs.py`): P(the passage answers), label "yes" (else
-  the second label) of the pair [CLS] question [SEP] title passage [SEP].
+- `CosineVerifier` (an encoder without a head): the cosine of the question's and the passage's sentence
+  embeddings from a retrieval encoder (multilingual-e5: mean-pooled last layer, "query: " / "passage: ");
+- `PairVerifier` (a 2-label `classification` head, e.g. `bertfam finetune --task custom --labels no,yes` on
+  question-passage pairs, recipes/mrc_verifier_cv.py): P(the passage answers) of the pair
+  [CLS] question [SEP] title passage [SEP].
 
-Why a second model: the reader's own answerability signals (span null score, the [CLS] classifier) are
-trained on a few thousand constructed negatives; an e5 encoder was trained to rank passages that answer a
-search question above passages that do not (DuReader retrieval among its data), which is exactly
-DuReader-checklist's in-domain unanswerable case (a same-topic passage that does not answer). Measured on
-the checklist demo: AUC 0.81-0.87 for the cosine alone against 0.76-0.87 for the reader's classifier (see
-the model card); the predictor uses it as a third test, tuned on dev like the others.
+Why a second model: the reader's own answerability signals (span null score, the [CLS] classifier) rank
+real DuReader-checklist questions weakly; an e5 encoder was trained to rank passages that answer a search
+question above passages that do not, which is the checklist's in-domain unanswerable case (a same-topic
+passage that does not answer). Out of fold on the 567 real checklist dev questions: AUC 0.736 for the e5
+cosine, 0.71 for each of the reader's signals (docs/mrc.md); the predictor uses it as a third test, tuned
+with the others.
 
 The verifier is any directory `from_pretrained` reads (an int8 checkpoint too); the MRC model names it in
-`head.mrc.verifier`, relative to its own directory, so the two travel together.
+`head.mrc.verifier`, relative to its own directory, so the two travel together. A fine-tuned pair verifier
+can be stored as a delta over e5 (`write_delta` / `apply_delta`): `bertfam mrc build-verifier` lays it on.
 """
 from __future__ import annotations
 
@@ -30,51 +32,43 @@ from ...modeling.optimize import optimize_for_inference
 from ...modeling.pooling import mean_pool
 
 
-class RelevanceVerifier:
-    """scores(items) -> (N,): cosines in [-1, 1] of embed(query_prefix + question) and
-    embed(passage_prefix + title + " " + passage), or, for a pair classifier, P(answers) in [0, 1].
+class Verifier:
+    """scores(items) -> (N,) for {"question", "passage", "title"?} items: higher = the passage more likely
+    answers. Built by `verifier_for(model)` / `load_verifier(path)`, which pick the kind by the model's head.
 
     batch_size None: 1 for an int8 verifier, which quantizes its activations with one scale per batch
     tensor, so that in a batch a text's score would depend on its neighbours (measured: one demo answer
     flipped between batchings); 16 for a float one, whose scores do not depend on the batch."""
 
-    def __init__(self, model, query_prefix: str = "query: ", passage_prefix: str = "passage: ",
-                 max_length: int = 512, max_query_length: int = 64, batch_size: Optional[int] = None):
+    kind = ""
+
+    def __init__(self, model, max_length: int = 512, batch_size: Optional[int] = None):
         if model.tokenizer is None:
             raise ConfigError("the verifier model directory has no tokenizer")
-        head = model.config.head
-        self.kind = "pair" if head.task == "classification" else "relevance"
-        if self.kind == "pair":
-            if len(head.labels) != 2:
-                raise ConfigError(f"a pair-classifier verifier needs 2 labels (no, yes), this one has {head.labels}")
-            self.positive = head.labels.index("yes") if "yes" in head.labels else 1
-            query_prefix = passage_prefix = ""  # trained without them
-            max_length = head.finetune.max_length if head.finetune is not None else max_length
-        elif head.task is not None:
-            raise ConfigError(f"a verifier is an encoder or a 2-label classifier; this model has a {head.task!r} head")
         self.model = optimize_for_inference(model.eval())
         self.tokenizer = model.tokenizer
-        self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
         self.max_length = min(max_length, model.config.max_sequence_length)
-        self.max_query_length = min(max_query_length, self.max_length)
         self.batch_size = batch_size or (1 if is_int8(model) else 16)
 
-    @classmethod
-    def load(cls, path: str, **kw) -> "RelevanceVerifier":
-        from ...checkpoint import from_pretrained
+    def scores(self, items: Sequence[dict]) -> np.ndarray:
+        raise NotImplementedError
 
-        if not os.path.isdir(path):
-            raise ConfigError(f"verifier directory {path} not found")
-        from ...checkpoint.io import load_config
 
-        pair = load_config(path)[0].head.task == "classification"
-        return cls(from_pretrained(path, task=None if pair else "encoder"), **kw)
+class CosineVerifier(Verifier):
+    """An encoder without a head: cosines in [-1, 1] of embed(query_prefix + question) and
+    embed(passage_prefix + title + " " + passage), mean-pooled last layer (multilingual-e5's use)."""
+
+    kind = "relevance"
+
+    def __init__(self, model, query_prefix: str = "query: ", passage_prefix: str = "passage: ",
+                 max_length: int = 512, max_query_length: int = 64, batch_size: Optional[int] = None):
+        super().__init__(model, max_length, batch_size)
+        self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
+        self.max_query_length = min(max_query_length, self.max_length)
 
     def scores(self, items: Sequence[dict]) -> np.ndarray:
         if not items:
             return np.zeros(0, dtype=np.float32)
-        if self.kind == "pair":
-            return self._pair_probs(items)
         q = self._embed([self.query_prefix + it["question"] for it in items], self.max_query_length)
         p = self._embed([self.passage_prefix + _passage_text(it) for it in items], self.max_length)
         return (q * p).sum(1)  # rows are unit vectors: the cosine
@@ -96,8 +90,22 @@ class RelevanceVerifier:
         return np.stack(out)
 
 
+class PairVerifier(Verifier):
+    """A 2-label pair classifier (`bertfam finetune --task custom --labels no,yes` on question-passage pairs,
+    recipes/mrc_verifier_cv.py): P(the passage answers), label "yes" (else the second label), of the pair
+    [CLS] question [SEP] title passage [SEP], at the length it was trained with."""
+
+    kind = "pair"
+
+    def __init__(self, model, max_length: int = 512, batch_size: Optional[int] = None):
+        head = model.config.head
+        if len(head.labels) != 2:
+            raise ConfigError(f"a pair-classifier verifier needs 2 labels (no, yes), this one has {head.labels}")
+        self.positive = head.labels.index("yes") if "yes" in head.labels else 1
+        super().__init__(model, head.finetune.max_length if head.finetune is not None else max_length, batch_size)
+
     @torch.inference_mode()
-    def _pair_probs(self, items: Sequence[dict]) -> np.ndarray:
+    def scores(self, items: Sequence[dict]) -> np.ndarray:
         out = np.zeros(len(items), dtype=np.float32)
         for b in range(0, len(items), self.batch_size):
             chunk = items[b:b + self.batch_size]
@@ -106,6 +114,27 @@ class RelevanceVerifier:
             logits = self.model(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]).logits  # (B, 2)
             out[b:b + len(chunk)] = torch.softmax(logits.float(), -1)[:, self.positive].numpy()
         return out
+
+
+def verifier_for(model, **kw) -> Verifier:
+    """The verifier kind a model is: an encoder without a head -> CosineVerifier (kw: its prefixes and
+    lengths), a 2-label classifier -> PairVerifier; any other head is a ConfigError."""
+    task = model.config.head.task
+    if task == "classification":
+        return PairVerifier(model, **{k: v for k, v in kw.items() if k in ("max_length", "batch_size")})
+    if task is not None:
+        raise ConfigError(f"a verifier is an encoder or a 2-label classifier; this model has a {task!r} head")
+    return CosineVerifier(model, **kw)
+
+
+def load_verifier(path: str, **kw) -> Verifier:
+    from ...checkpoint import from_pretrained
+    from ...checkpoint.io import load_config
+
+    if not os.path.isdir(path):
+        raise ConfigError(f"verifier directory {path} not found")
+    pair = load_config(path)[0].head.task == "classification"
+    return verifier_for(from_pretrained(path, task=None if pair else "encoder"), **kw)
 
 
 DELTA_WEIGHTS, DELTA_HEAD = "delta.safetensors", "head.json"
