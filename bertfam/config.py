@@ -233,6 +233,13 @@ class HeadConfig:
         """head.mrc, or the defaults when the model has none recorded."""
         return self.mrc if self.mrc is not None else MRCSettings()
 
+    def side_directories(self) -> list[tuple[str, bool]]:
+        """(directory, required) beside config.json that belong to this head and travel with the model (saved,
+        converted, quantized along): an MRC model's verifier (head.mrc.verifier) and, where it has one, the
+        fine-tuned delta `mrc build-verifier` builds it from (VERIFIER-delta, optional)."""
+        name = self.mrc_settings.verifier if self.task == "span" else None
+        return [(name, True), (name + "-delta", False)] if name else []
+
     @classmethod
     def from_dict(cls, d: dict, source: str = "head") -> "HeadConfig":
         """The head of a config.json mapping. A checkpoint written before the typed settings has

@@ -213,9 +213,12 @@ def test_verifier_travels_with_the_model_directory(tok, tmp_path):
     given = MRCPredictor(m, max_length=64, doc_stride=16, verifier=os.path.join(d, "verifier"))
     assert np.allclose(given.relevance(ITEMS), rel, atol=1e-6)
     assert MRCPredictor(m, verifier=False).relevance(ITEMS) is None
-    # save_pretrained copies the verifier directory along
+    # save_pretrained copies the verifier directory along, and its fine-tuned delta where there is one
+    os.makedirs(os.path.join(d, "verifier-delta"))
+    open(os.path.join(d, "verifier-delta", "head.json"), "w").write("{}")
     m.save_pretrained(d2)
     assert os.path.isfile(os.path.join(d2, "verifier", "config.json"))
+    assert os.path.isfile(os.path.join(d2, "verifier-delta", "head.json"))
     assert np.allclose(MRCPredictor(bertfam.from_pretrained(d2)).relevance(ITEMS), rel, atol=1e-6)
     m.save_pretrained(d)  # onto itself: nothing to copy, nothing broken
     assert os.path.isfile(os.path.join(d, "verifier", "config.json"))

@@ -201,7 +201,7 @@ class TaskModel(nn.Module):
         if tok is not None:
             tok.save_pretrained(path)
         # (DistillModel saves through this method too: it has no name_or_path)
-        _copy_verifier(self.config, getattr(self, "name_or_path", None), path)
+        _copy_side_directories(self.config, getattr(self, "name_or_path", None), path)
 
     def num_parameters(self) -> dict:
         """Counts of unique parameters: total, embeddings, encoder (+ pooler), heads. An int8 model's weights
@@ -227,15 +227,17 @@ def build_model(cfg: ModelConfig, seed: Optional[int] = None) -> TaskModel:
     return TaskModel(cfg).init_weights(seed)
 
 
-def _copy_verifier(cfg: ModelConfig, home: Optional[str], path: str) -> None:
-    """An MRC model's verifier directory (head.mrc.verifier, next to config.json) goes with it."""
+def _copy_side_directories(cfg: ModelConfig, home: Optional[str], path: str) -> None:
+    """The directories the head says belong to it (HeadConfig.side_directories, next to config.json) go with
+    the model; a required one that is missing is a warning."""
     import shutil
 
-    name = cfg.head.mrc_settings.verifier if cfg.head.task == "span" else None
-    if not name or home is None:
+    if home is None:
         return
-    src, dst = os.path.join(home, name), os.path.join(path, name)
-    if not os.path.isdir(src):
-        log.warning("%s: head.mrc.verifier names %s, which is not there; %s is written without it", home, name, path)
-    elif os.path.abspath(src) != os.path.abspath(dst):
-        shutil.copytree(src, dst, dirs_exist_ok=True)
+    for name, required in cfg.head.side_directories():
+        src, dst = os.path.join(home, name), os.path.join(path, name)
+        if not os.path.isdir(src):
+            if required:
+                log.warning("%s: the model's %s directory is not there; %s is written without it", home, name, path)
+        elif os.path.abspath(src) != os.path.abspath(dst):
+            shutil.copytree(src, dst, dirs_exist_ok=True)
