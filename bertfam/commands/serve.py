@@ -16,7 +16,14 @@ def register(sub) -> None:
     p.add_argument("--port", type=tcp_port, default=8000)
     p.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes,
                    help="largest request body (413 above)")
-    p.add_argument("--max-texts", type=positive_int, default=d.max_texts, help="items or texts per request (413 above)")
+    p.add_argument("--max-texts", "--max-client-batch-size", type=positive_int, default=d.max_texts,
+                   help="items or texts per request (413 above)")
+    p.add_argument("--max-request-tokens", type=positive_int, default=d.max_request_tokens,
+                   help="tokens per request after tokenization, every MRC/NER window counted (413 above)")
+    p.add_argument("--max-batch-tokens", type=positive_int, default=d.max_batch_tokens,
+                   help="tokens per model call; an abandoned request stops between calls")
+    p.add_argument("--max-concurrent-requests", type=positive_int, default=d.max_concurrent_requests,
+                   help="/v1 requests in progress at once (429 + Retry-After above)")
     p.add_argument("--max-passage-chars", type=positive_int, default=d.max_passage_chars,
                    help="longest text field in characters (422 above); passages longer than the model window "
                         "are still answered, through overlapping windows")
@@ -56,7 +63,9 @@ def _serve(args) -> int:
         torch.set_num_threads(args.threads)
     limits = Limits(max_body_bytes=args.max_body_bytes, max_texts=args.max_texts,
                     max_passage_chars=args.max_passage_chars, timeout_s=args.timeout, max_batch=args.max_batch,
-                    batch_wait_ms=args.batch_wait_ms, max_queue=args.max_queue)
+                    batch_wait_ms=args.batch_wait_ms, max_queue=args.max_queue,
+                    max_request_tokens=args.max_request_tokens, max_batch_tokens=args.max_batch_tokens,
+                    max_concurrent_requests=args.max_concurrent_requests)
     _check_port(args.host, args.port)
     service = Service.from_dirs(args.model, limits, int8=args.int8, mrc_max_length=args.mrc_max_length,
                                 mrc_doc_stride=args.mrc_doc_stride)

@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..errors import BertfamError
 from ..tasks.pipelines import InputError
 from .batching import QueueFull
+from .budget import token_counts
 from .service import Limits, Route, Service
 
 log = logging.getLogger("bertfam")
@@ -310,6 +311,27 @@ async def _send(send, response, scope, receive):
     await response(scope, receive, send)
 
 
+class ConcurrencyLimit:
+    """ASGI middleware: at most `limit` /v1 requests in progress (from the first byte of the body to the
+    last of the answer); one more gets 429 with Retry-After at once, without its body being read."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit, self.active = app, limit, 0
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            return await self.app(scope, receive, send)
+        if self.active >= self.limit:
+            return await _send(send, _error(429, f"busy: {self.active} requests in progress, the limit of "
+                                                 f"--max-concurrent-requests; retry shortly", None,
+                                            {"Retry-After": "1"}), scope, receive)
+        self.active += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.active -= 1
+
+
 # ------------------------------------------------------------------ the app
 def _static_page(name: str) -> HTMLResponse:
     with open(os.path.join(STATIC, name), encoding="utf-8") as f:
@@ -335,6 +357,7 @@ def create_app(service: Service) -> FastAPI:
     lim = service.limits
     types = request_types(lim)
     app.add_middleware(BodyLimit, limit=lim.max_body_bytes)
+    app.add_middleware(ConcurrencyLimit, limit=lim.max_concurrent_requests)  # added last: runs first
 
     @app.exception_handler(ApiError)
     async def _api_error(request, e: ApiError):
@@ -376,14 +399,14 @@ def create_app(service: Service) -> FastAPI:
                  response_model=None,
                  responses={200: {"model": result_cls, "description": "one result, or a list for a list body"},
                             **errors}
-                 )(_item_endpoint(ep, types.items[ep], _route_of(service, ep), lim.timeout_s))
+                 )(_item_endpoint(ep, types.items[ep], _route_of(service, ep), lim))
 
     @app.post("/v1/embed", summary="embed: sentence vectors for a list of texts", response_model=None,
               responses={200: {"model": EmbedResult}, **errors})
-    async def embed(body: Annotated[types.embed, Body()],
+    async def embed(request: Request, body: Annotated[types.embed, Body()],
                     route: Annotated[Route, Depends(_route_of(service, "embed"))]):
         items = [{"text": t, "pooling": body.pooling, "normalize": body.normalize} for t in body.texts]
-        results = await _answer(route, items, "texts", lim.timeout_s)
+        results = await _answer(request, route, items, "texts", lim)
         return {"vectors": [r["vector"] for r in results], "dim": len(results[0]["vector"]),
                 "truncated": [r["truncated"] for r in results], "model": route.model_name}
 
@@ -404,8 +427,9 @@ def _route_of(service: Service, ep: str):
     return route
 
 
-def _item_endpoint(ep: str, body_type, route_of, timeout_s: float):
-    async def endpoint(body: Annotated[body_type, Body()], route: Annotated[Route, Depends(route_of)]):
+def _item_endpoint(ep: str, body_type, route_of, lim: Limits):
+    async def endpoint(request: Request, body: Annotated[body_type, Body()],
+                       route: Annotated[Route, Depends(route_of)]):
         single = not isinstance(body, list)
         dicts = []
         for i, item in enumerate([body] if single else body):
@@ -416,30 +440,61 @@ def _item_endpoint(ep: str, body_type, route_of, timeout_s: float):
             except InputError as e:
                 raise ApiError(422, prefix + str(e), prefix + e.field) from None
             dicts.append(d)
-        results = await _answer(route, dicts, None if single else "", timeout_s)
+        results = await _answer(request, route, dicts, None if single else "", lim)
         return results[0] if single else results
 
     endpoint.__name__ = ep.replace("-", "_")
     return endpoint
 
 
-async def _answer(route, items: list[dict], list_prefix: Optional[str], timeout_s: float) -> list:
-    """Run items through the route's batcher; map per-item failures to one HTTP error."""
+async def _answer(request: Request, route, items: list[dict], list_prefix: Optional[str], lim: Limits) -> list:
+    """Run items through the route's batcher; map per-item failures to one HTTP error. The request's
+    tokens are counted first (413 over --max-request-tokens). Its work is abandoned (the batcher drops or
+    interrupts it) when the deadline passes (503) or the client disconnects."""
+    deadline = time.monotonic() + lim.timeout_s
     try:
-        futs = await route.batcher.submit(items)
+        # on another thread: a 1 MB body takes a second to tokenize, and the event loop must keep serving
+        tokens = await asyncio.to_thread(token_counts, route.predictor, items)
+    except (BertfamError, ValueError) as e:
+        raise ApiError(422, f"body: cannot be tokenized: {str(e).splitlines()[0] if str(e) else e!r}",
+                       "body") from None
+    if sum(tokens) > lim.max_request_tokens:
+        what = " (every window of a long passage counts, with its question)" if route.endpoint == "mrc" else ""
+        raise ApiError(413, f"body: {sum(tokens)} tokens after tokenization{what}, over the limit of "
+                            f"{lim.max_request_tokens} per request (--max-request-tokens)", "body")
+    try:
+        futs = await route.batcher.submit(items, tokens)
     except QueueFull as e:
         raise ApiError(429, f"busy: {e}; retry shortly", None, {"Retry-After": "1"}) from None
+    answers = asyncio.ensure_future(asyncio.gather(*futs, return_exceptions=True))
+    gone = asyncio.ensure_future(_client_gone(request))
     try:
-        results = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), timeout_s)
-    except asyncio.TimeoutError:
-        for f in futs:
+        done, _ = await asyncio.wait({answers, gone}, timeout=max(0.0, deadline - time.monotonic()),
+                                     return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if answers not in done:
+        for f in futs:  # the batcher skips these items, or stops their running batch between model calls
             f.cancel()
-        raise ApiError(503, f"timed out after {timeout_s:g} s (--timeout); the service is busy, retry later",
-                       None, {"Retry-After": "1"}) from None
+        answers.cancel()
+        if gone in done:
+            log.info("serve: /v1/%s client disconnected; its work is dropped", route.endpoint)
+            raise ApiError(499, "client closed the connection")  # nobody reads it; the code is nginx's
+        raise ApiError(503, f"timed out after {lim.timeout_s:g} s (--timeout); the service is busy, retry later",
+                       None, {"Retry-After": "1"})
+    results = answers.result()
     for i, r in enumerate(results):
         if isinstance(r, BaseException):
             raise _item_error(r, i, list_prefix, route.endpoint)
     return results
+
+
+async def _client_gone(request: Request) -> None:
+    """Returns when the client disconnects. The body has been read, so the next ASGI message is the
+    disconnect (servers send nothing else before the response; test clients send it after the response)."""
+    while True:
+        if (await request.receive())["type"] == "http.disconnect":
+            return
 
 
 def _item_error(e: BaseException, i: int, list_prefix: Optional[str], ep: str) -> ApiError:

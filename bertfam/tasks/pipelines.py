@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from ..errors import ConfigError
 from ..modeling.optimize import optimize_for_inference
+from .interrupt import check_interrupt
 
 # head task -> pipeline task that answers with it
 TASK_OF_HEAD = {"classification": "classification", "regression": "classification", "token": "ner",
@@ -191,6 +192,7 @@ class NERPipeline(Pipeline):
         make hundreds of windows; one call for all of them would hold all their activations at once)."""
         conf, ids = [], []
         for a in range(0, inputs["input_ids"].shape[0], chunk):
+            check_interrupt()  # a served request that has gone stops here, between model calls
             probs = torch.softmax(self._run(**{k: v[a:a + chunk] for k, v in inputs.items()}).logits.float(), -1)
             c, i = probs.max(-1)  # (w, T)
             conf.append(c)

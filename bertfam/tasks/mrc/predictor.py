@@ -13,6 +13,7 @@ import torch
 from ...data.mrc_windows import Window, build_windows, collate_windows
 from ...errors import ConfigError, DataError
 from ...modeling.optimize import optimize_for_inference
+from ..interrupt import check_interrupt
 from .decoding import EXTENSIONS, answered, decode
 
 
@@ -109,6 +110,7 @@ class MRCPredictor:
         """(N,) the verifier's question-passage relevance, or None when the predictor has no verifier."""
         if self.verifier is None:
             return None
+        check_interrupt()
         return self.verifier.scores([{"question": it["question"], "passage": it["passage"],
                                       "title": it.get("title") if self.use_title else None} for it in items])
 
@@ -149,6 +151,7 @@ class MRCPredictor:
         order = sorted(range(len(windows)), key=lambda k: len(windows[k].input_ids))  # less padding
         pad = self.tokenizer.pad_token_id or 0
         for b in range(0, len(order), self.batch_size):
+            check_interrupt()  # a served request that has gone stops here, between model calls
             chunk = [windows[k] for k in order[b:b + self.batch_size]]
             batch = collate_windows(chunk, pad, with_labels=False)
             start = end = None
