@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from .serving_helpers import LiveServer, make_tiny_models
+from .serving_helpers import LiveServer, free_port, make_tiny_models
 
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
@@ -130,3 +130,73 @@ def test_batches_respect_the_token_budget():
     ex.shutdown()
     # 60+30 fit, +20 would not; 20 alone, +150 would not; 150 runs alone (over the budget by itself)
     assert seen == [["a", "b"], ["c"], ["d"], ["e"]]
+
+
+# ------------------------------------------------------------------ who may call
+def test_host_allow_list_refuses_other_names(dirs):
+    with LiveServer(create_app(Service.from_dirs([dirs["classification"]]))) as live:
+        # DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 sends its own Host
+        r = httpx.get(live.url + "/health", headers={"Host": "evil.example"})
+        assert r.status_code == 400 and r.json()["field"] == "Host" and "evil.example" in r.json()["error"]
+        r = httpx.post(live.url + "/v1/classify", json={"text": "好"}, headers={"Host": f"evil.example:{live.port}"})
+        assert r.status_code == 400
+        for name in ("127.0.0.1", "localhost", "[::1]", "LOCALHOST"):
+            assert httpx.get(live.url + "/health", headers={"Host": f"{name}:{live.port}"}).status_code == 200, name
+
+
+def test_every_post_needs_a_json_content_type(dirs):
+    with LiveServer(create_app(Service.from_dirs([dirs["classification"]]))) as live:
+        body = b'{"text": "\xe5\xa5\xbd"}'
+        # what a page on any site may POST without a CORS preflight: no type, text/plain, a form
+        for ctype in (None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+            headers = {"Content-Type": ctype} if ctype else {}
+            r = httpx.post(live.url + "/v1/classify", content=body, headers=headers)
+            assert r.status_code == 415, (ctype, r.text)
+            assert r.json()["field"] == "Content-Type" and "application/json" in r.json()["error"]
+        for ctype in ("application/json", "application/json; charset=utf-8", "application/vnd.api+json"):
+            r = httpx.post(live.url + "/v1/classify", content=body, headers={"Content-Type": ctype})
+            assert r.status_code == 200, (ctype, r.text)
+
+
+def test_api_key_is_required_as_a_bearer_token(dirs):
+    from bertfam.serving.app import Access
+
+    app = create_app(Service.from_dirs([dirs["classification"]]), Access(api_keys=("s3cret-key",)))
+    with LiveServer(app) as live:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-key"},
+                        {"Authorization": "Basic s3cret-key"}):
+            r = httpx.post(live.url + "/v1/classify", json={"text": "好"}, headers=headers)
+            assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", headers
+            assert r.json()["field"] == "Authorization"
+            assert httpx.get(live.url + "/health", headers=headers).status_code == 401
+            assert httpx.get(live.url + "/openapi.json", headers=headers).status_code == 401
+        good = {"Authorization": "Bearer s3cret-key"}
+        assert httpx.post(live.url + "/v1/classify", json={"text": "好"}, headers=good).status_code == 200
+        assert httpx.get(live.url + "/health", headers=good).status_code == 200
+        # the pages hold no data: they load, then ask for the key (their requests carry it)
+        assert httpx.get(live.url + "/").status_code == 200 and httpx.get(live.url + "/docs").status_code == 200
+        assert "Authorization" in httpx.get(live.url + "/").text
+
+
+def test_serve_on_a_public_address_needs_a_key_or_insecure_no_auth(tmp_path, capsys, monkeypatch):
+    from bertfam.cli import main
+
+    monkeypatch.delenv("BERTFAM_API_KEY", raising=False)
+    missing = str(tmp_path / "no-model")
+    assert main(["serve", "--model", missing, "--host", "0.0.0.0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--api-key" in err and "--insecure-no-auth" in err
+    assert main(["serve", "--model", missing, "--host", "0.0.0.0", "--api-key-file", str(tmp_path / "nokey")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nokey" in err
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    assert main(["serve", "--model", missing, "--api-key-file", str(empty)]) == 2
+    assert "empty" in capsys.readouterr().err
+    # with a key (or the explicit opt-out) the address is accepted: the next failure is the model directory
+    key = tmp_path / "key"
+    key.write_text("k\n")
+    for extra in (["--api-key-file", str(key)], ["--insecure-no-auth"]):
+        assert main(["serve", "--model", missing, "--host", "0.0.0.0", "--port", str(free_port()), *extra]) == 2
+        err = capsys.readouterr().err
+        assert "no-model" in err and "--api-key" not in err, err

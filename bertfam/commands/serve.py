@@ -14,6 +14,17 @@ def register(sub) -> None:
                         "classification -> /v1/classify, token -> /v1/ner, mlm -> /v1/fill-mask)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=tcp_port, default=8000)
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help="require `Authorization: Bearer KEY` on every request but the web page and /docs (401); "
+                        "visible to other users in the process list: prefer --api-key-file or BERTFAM_API_KEY")
+    p.add_argument("--api-key-file", default=None, metavar="FILE",
+                   help="read the key from FILE (its first line); with --api-key too, both keys are accepted")
+    p.add_argument("--insecure-no-auth", action="store_true",
+                   help="serve a non-loopback --host without an API key (anyone who can reach it may call it)")
+    p.add_argument("--allowed-hosts", default=None, metavar="NAMES",
+                   help="comma-separated Host header names accepted (400 otherwise; '*': any). Default: "
+                        "localhost, 127.0.0.1, ::1 and --host; any name when --host is a wildcard address "
+                        "(0.0.0.0, ::), where the key protects the service")
     p.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes,
                    help="largest request body (413 above)")
     p.add_argument("--max-texts", "--max-client-batch-size", type=positive_int, default=d.max_texts,
@@ -66,10 +77,11 @@ def _serve(args) -> int:
                     batch_wait_ms=args.batch_wait_ms, max_queue=args.max_queue,
                     max_request_tokens=args.max_request_tokens, max_batch_tokens=args.max_batch_tokens,
                     max_concurrent_requests=args.max_concurrent_requests)
+    access = _access(args)
     _check_port(args.host, args.port)
     service = Service.from_dirs(args.model, limits, int8=args.int8, mrc_max_length=args.mrc_max_length,
                                 mrc_doc_stride=args.mrc_doc_stride)
-    app = create_app(service)
+    app = create_app(service, access)
     logging.getLogger("bertfam").setLevel(logging.INFO)
     for m in service.models:
         print(f"bertfam serve: {m['name']} ({m['task'] or 'encoder'}{', int8' if m['int8'] else ''}) -> "
@@ -82,6 +94,57 @@ def _serve(args) -> int:
     finally:
         service.shutdown()
     return 0
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a name: whatever it resolves to, treat it as reachable from elsewhere
+        return False
+
+
+def _access(args):
+    """The Access of the app (bertfam/serving/app.py) from the flags: the key(s), the Host names. Fails with
+    one line before any model loads."""
+    import os
+
+    from ..errors import ConfigError
+    from ..serving.app import LOOPBACK_HOSTS, Access
+
+    keys = []
+    if args.api_key is not None:
+        if not args.api_key.strip():
+            raise ConfigError("serve: --api-key is empty")
+        keys.append(args.api_key.strip())
+    if args.api_key_file is not None:
+        try:
+            with open(args.api_key_file, encoding="utf-8") as f:
+                first = f.readline().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"serve: --api-key-file {args.api_key_file}: {getattr(e, 'strerror', None) or e}") from None
+        if not first:
+            raise ConfigError(f"serve: --api-key-file {args.api_key_file}: the first line is empty")
+        keys.append(first)
+    env = os.environ.get("BERTFAM_API_KEY", "").strip()
+    if env and not keys:
+        keys.append(env)
+    loopback = _is_loopback(args.host)
+    if not loopback and not keys and not args.insecure_no_auth:
+        raise ConfigError(f"serve: --host {args.host} is reachable from other machines: give --api-key-file FILE "
+                          "(or --api-key, BERTFAM_API_KEY), or --insecure-no-auth to serve it without a key")
+    if args.allowed_hosts is not None:
+        hosts = tuple(h.strip().lower().strip("[]") for h in args.allowed_hosts.split(",") if h.strip())
+        if not hosts:
+            raise ConfigError("serve: --allowed-hosts names no host")
+    elif args.host in ("0.0.0.0", "::", ""):
+        hosts = ("*",)  # clients use whatever name or address reaches this machine; the key guards it
+    else:
+        hosts = tuple(dict.fromkeys(LOOPBACK_HOSTS + (args.host.lower().strip("[]"),)))
+    return Access(api_keys=tuple(keys), allowed_hosts=hosts)
 
 
 def _check_port(host: str, port: int) -> None:

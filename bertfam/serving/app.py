@@ -10,7 +10,7 @@ body is `{"error": "<one line naming the field>", "field": <name|null>}` (`quest
 validation errors into it. The model only ever sees well-formed items.
 """
 import asyncio
-import inspect
+import hmac
 import logging
 import os
 import time
@@ -332,32 +332,107 @@ class ConcurrencyLimit:
             self.active -= 1
 
 
+# ------------------------------------------------------------------ who may call: Host, key, Content-Type
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may call the service. api_keys: accepted `Authorization: Bearer <key>` values (none: no key
+    asked). allowed_hosts: accepted `Host` header names, without port ("*": any); by default the loopback
+    names, so a web page on another site cannot reach a loopback service by DNS rebinding."""
+
+    api_keys: tuple = ()
+    allowed_hosts: tuple = LOOPBACK_HOSTS
+
+
+# pages that hold no data: the web page and the API docs load without a key, then ask for one (their
+# requests to /health, /openapi.json and /v1 carry it)
+_OPEN_PATHS = ("/", "/docs")
+
+
+def host_name(header: str) -> str:
+    """The name of a Host header value, lower case, without port: '[::1]:8000' -> '::1'."""
+    h = header.strip().lower()
+    if h.startswith("["):
+        return h[1:h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+def is_json_type(content_type: Optional[str]) -> bool:
+    """application/json or application/<x>+json, parameters (charset) allowed."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+class Guard:
+    """ASGI middleware, outermost: Host allow-list (400), API key (401), JSON Content-Type on every POST
+    (415), before anything reads the body. A page on another site can send a cross-origin POST without
+    preflight only as text/plain, a form or without a type; refusing all of them closes that door."""
+
+    def __init__(self, app, access: Access):
+        self.app, self.access = app, access
+        self.hosts = {h.lower() for h in access.allowed_hosts}
+        self.keys = [k.encode("utf-8") for k in access.api_keys]
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        refused = self.check(scope)
+        if refused is not None:
+            return await _send(send, refused, scope, receive)
+        await self.app(scope, receive, send)
+
+    def check(self, scope) -> Optional[JSONResponse]:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
+        if "*" not in self.hosts:
+            host = host_name(headers.get("host", ""))
+            if host not in self.hosts:
+                return _error(400, f"Host: {host or '(none)'!r} is not an allowed host name (--allowed-hosts)",
+                              "Host")
+        if self.keys and scope["path"] not in _OPEN_PATHS:
+            auth = headers.get("authorization", "")
+            scheme, _, key = auth.partition(" ")
+            given = key.strip().encode("utf-8", "replace")
+            # compare_digest with every key, in constant time for each: no timing hint of a key's prefix
+            ok = scheme.lower() == "bearer" and any([hmac.compare_digest(given, k) for k in self.keys])
+            if not ok:
+                why = "missing" if not auth else "not a valid key"
+                return _error(401, f"Authorization: {why}; send Authorization: Bearer <key> (--api-key)",
+                              "Authorization", {"WWW-Authenticate": "Bearer"})
+        if scope["method"] == "POST" and not is_json_type(headers.get("content-type")):
+            got = headers.get("content-type")
+            return _error(415, f"Content-Type: send JSON with Content-Type: application/json (got "
+                               f"{got if got is not None else 'none'})", "Content-Type")
+        return None
+
+
 # ------------------------------------------------------------------ the app
 def _static_page(name: str) -> HTMLResponse:
     with open(os.path.join(STATIC, name), encoding="utf-8") as f:
         return HTMLResponse(f.read())
 
 
-def create_app(service: Service) -> FastAPI:
+def create_app(service: Service, access: Optional[Access] = None) -> FastAPI:
+    """The app for `service`; `access` (default: `Access()`, loopback host names, no key) says who may call."""
+    access = access or Access()
     @asynccontextmanager
     async def lifespan(app):
         yield
         await service.close()
 
-    # a body sent without a Content-Type header is read as JSON (newer FastAPI refuses it unless told)
-    lenient = {"strict_content_type": False} if "strict_content_type" in inspect.signature(FastAPI).parameters else {}
     # FastAPI's /docs and /redoc load their scripts from a CDN and show a blank page offline: /docs is
     # served below from static/docs.html, which reads /openapi.json and needs nothing else.
     app = FastAPI(title="bertfam", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="BERT-family models over HTTP: reading comprehension, classification, NER, "
-                              "embeddings, fill-mask. Errors: `{error, field}` with a 4xx status for bad input.",
-                  **lenient)
+                              "embeddings, fill-mask. Errors: `{error, field}` with a 4xx status for bad input.")
     app.state.service = service
     app.state.started = time.time()
     lim = service.limits
     types = request_types(lim)
     app.add_middleware(BodyLimit, limit=lim.max_body_bytes)
-    app.add_middleware(ConcurrencyLimit, limit=lim.max_concurrent_requests)  # added last: runs first
+    app.add_middleware(ConcurrencyLimit, limit=lim.max_concurrent_requests)
+    app.add_middleware(Guard, access=access)  # added last: runs first
 
     @app.exception_handler(ApiError)
     async def _api_error(request, e: ApiError):
@@ -392,7 +467,8 @@ def create_app(service: Service) -> FastAPI:
         d["uptime_s"] = round(time.time() - app.state.started, 1)
         return d
 
-    errors = {status: {"model": ErrorBody} for status in (400, 404, 413, 415, 422, 429, 503)}
+    statuses = (400, 401, 404, 413, 415, 422, 429, 503) if access.api_keys else (400, 404, 413, 415, 422, 429, 503)
+    errors = {status: {"model": ErrorBody} for status in statuses}
 
     for ep, (_, result_cls) in ITEM_OF.items():
         app.post(f"/v1/{ep}", summary=f"{ep}: one object, or a list of objects (answers come back in order)",
