@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import BertfamError
+from ..tasks.blank import BLANK_MESSAGE, NOT_BLANK
 from ..tasks.pipelines import InputError
 from .batching import QueueFull
 from .budget import token_counts
@@ -40,10 +41,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+# every text a model reads must hold a character that is not blank (tasks/blank.py); in the schema too
+_FILLED = dict(pattern=NOT_BLANK)
+
+
 class MRCItem(_Strict):
-    question: str = Field(description="the question", examples=["中国的首都是哪里？"])
-    passage: str = Field(description="the passage to read; longer than the model window is fine (windows)",
-                         examples=["北京是中华人民共和国的首都，也是全国的政治、文化中心。"])
+    question: str = Field(description="the question; not blank", examples=["中国的首都是哪里？"], **_FILLED)
+    passage: str = Field(description="the passage to read, not blank; longer than the model window is fine "
+                                     "(windows)", examples=["北京是中华人民共和国的首都，也是全国的政治、文化中心。"],
+                         **_FILLED)
     title: Optional[str] = Field(None, description="optional title of the passage")
 
 
@@ -56,8 +62,9 @@ class MRCResult(BaseModel):
 
 
 class ClassifyItem(_Strict):
-    text: str = Field(examples=["这家餐厅的菜很好吃。"])
-    text_pair: Optional[str] = Field(None, description="second text for pair tasks (NLI, similarity)")
+    text: str = Field(description="not blank", examples=["这家餐厅的菜很好吃。"], **_FILLED)
+    text_pair: Optional[str] = Field(None, description="second text for pair tasks (NLI, similarity); not blank",
+                                     **_FILLED)
 
 
 class ClassifyResult(BaseModel):
@@ -70,7 +77,7 @@ class ClassifyResult(BaseModel):
 
 
 class NERItem(_Strict):
-    text: str = Field(examples=["李明在北京大学读书。"])
+    text: str = Field(description="not blank", examples=["李明在北京大学读书。"], **_FILLED)
 
 
 class Entity(BaseModel):
@@ -86,7 +93,8 @@ class NERResult(BaseModel):
 
 
 class FillMaskItem(_Strict):
-    text: str = Field(description="text with one or more [MASK] tokens", examples=["北京是中国的[MASK]都。"])
+    text: str = Field(description="text with one or more [MASK] tokens", examples=["北京是中国的[MASK]都。"],
+                      **_FILLED)
     top_k: int = Field(5, ge=1, le=100)
 
 
@@ -101,7 +109,7 @@ class FillMaskResult(BaseModel):
 
 
 class EmbedBody(_Strict):
-    texts: list[str] = Field(min_length=1, examples=[["今天天气很好", "今天是晴天"]])
+    texts: list[Annotated[str, Field(**_FILLED)]] = Field(min_length=1, examples=[["今天天气很好", "今天是晴天"]])
     pooling: Literal["mean", "cls"] = "mean"
     normalize: bool = True
 
@@ -159,7 +167,8 @@ def request_types(lim: Limits) -> RequestTypes:
 
     texts = EmbedBody.model_fields["texts"]
     embed = _limited(EmbedBody, lim.max_passage_chars,
-                     texts=(list[str], Field(min_length=1, max_length=lim.max_texts, examples=texts.examples)))
+                     texts=(list[Annotated[str, Field(**_FILLED)]],
+                            Field(min_length=1, max_length=lim.max_texts, examples=texts.examples)))
     return RequestTypes({ep: one_or_many(item) for ep, (item, _) in ITEM_OF.items()}, embed)
 
 
@@ -202,6 +211,8 @@ def _problem(e: dict) -> tuple[int, dict]:
     status = 422
     if kind == "string_too_long":
         msg = f"{len(value)} characters, over the limit of {ctx['max_length']} (--max-passage-chars)"
+    elif kind == "string_pattern_mismatch" and ctx.get("pattern") == NOT_BLANK:
+        msg = BLANK_MESSAGE
     elif kind == "string_unicode":  # JSON allows "\ud800"; the tokenizer (Rust) cannot take it
         msg = "not valid Unicode (a lone surrogate escape)"
     elif kind == "too_long":

@@ -13,6 +13,7 @@ import torch
 from ...data.mrc_windows import Window, build_windows, collate_windows
 from ...errors import ConfigError, DataError
 from ...modeling.optimize import optimize_for_inference
+from ..blank import is_blank
 from ..interrupt import check_interrupt
 from .decoding import EXTENSIONS, answered, decode
 
@@ -89,7 +90,7 @@ class MRCPredictor:
         """items: dicts with question, passage (or context) and optional title. Returns per item
         {answer, start, end, score, answerable} (+ nbest, null_diff, p_answerable with details=True)."""
         clean = [_check_item(it, i) for i, it in enumerate(items)]
-        todo = [i for i, it in enumerate(clean) if it["question"].strip() and it["passage"].strip()]
+        todo = [i for i, it in enumerate(clean) if not is_blank(it["question"]) and not is_blank(it["passage"])]
         raw = self.raw_scores([clean[i] for i in todo])
         out = [_empty_result(details) for _ in clean]
         for i, r in zip(todo, raw):
