@@ -200,3 +200,77 @@ def test_serve_on_a_public_address_needs_a_key_or_insecure_no_auth(tmp_path, cap
         assert main(["serve", "--model", missing, "--host", "0.0.0.0", "--port", str(free_port()), *extra]) == 2
         err = capsys.readouterr().err
         assert "no-model" in err and "--api-key" not in err, err
+
+
+# ------------------------------------------------------------------ slow clients
+def _closed_by_server(sock, within: float) -> float:
+    """Seconds until the server closes `sock` (recv gives b""); fails if it stays open `within` s."""
+    import socket
+
+    sock.settimeout(within)
+    t = time.monotonic()
+    try:
+        while sock.recv(4096):
+            pass
+    except socket.timeout:
+        pytest.fail(f"the server kept the connection open for {within} s")
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - t
+
+
+def test_slow_headers_and_bodies_are_cut(dirs):
+    import socket
+
+    svc = Service.from_dirs([dirs["classification"]], Limits(header_timeout_s=0.5, body_timeout_s=0.5, keep_alive_s=0.5))
+    with LiveServer(create_app(svc)) as live:
+        addr = ("127.0.0.1", live.port)
+        with socket.create_connection(addr) as s:  # a client that never finishes its headers
+            s.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
+            assert _closed_by_server(s, 5) < 2
+        with socket.create_connection(addr) as s:  # ... or its body
+            s.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 100\r\n\r\n{\"text\": ")
+            s.settimeout(5)
+            reply = b""
+            t = time.monotonic()
+            while chunk := s.recv(4096):  # the answer, then the server closes the connection
+                reply += chunk
+            assert time.monotonic() - t < 2
+            assert reply.startswith(b"HTTP/1.1 408") and b"--body-timeout" in reply, reply
+        with socket.create_connection(addr) as s:  # kept alive after an answer: the next headers are timed too
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            s.settimeout(5)
+            assert s.recv(65536).startswith(b"HTTP/1.1 200")
+            s.sendall(b"GET /heal")
+            assert _closed_by_server(s, svc.limits.keep_alive_s + 5) < svc.limits.keep_alive_s + 2
+        assert httpx.post(live.url + "/v1/classify", json={"text": "好"}).status_code == 200
+
+
+def test_connection_cap_closes_extra_connections_and_logs_once(dirs):
+    import logging
+    import socket
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("bertfam").addHandler(handler)
+    svc = Service.from_dirs([dirs["classification"]], Limits(max_connections=4))
+    try:
+        with LiveServer(create_app(svc)) as live:
+            held = [socket.create_connection(("127.0.0.1", live.port)) for _ in range(4)]
+            time.sleep(0.2)
+            extra = []
+            for _ in range(20):  # each refused at once with a bare 503, without being read
+                s = socket.create_connection(("127.0.0.1", live.port))
+                s.settimeout(5)
+                assert s.recv(4096).startswith(b"HTTP/1.1 503")
+                extra.append(s)
+            refused = [r for r in records if "--max-connections" in r.getMessage()]
+            assert len(refused) == 1, [r.getMessage() for r in records]  # one line for 20, not 20 lines
+            for s in held + extra:
+                s.close()
+            time.sleep(0.2)
+            assert httpx.get(live.url + "/health").status_code == 200  # room again
+    finally:
+        logging.getLogger("bertfam").removeHandler(handler)

@@ -45,6 +45,15 @@ def register(sub) -> None:
     p.add_argument("--batch-wait-ms", type=non_negative_float, default=d.batch_wait_ms,
                    help="how long a request waits for others to share its batch")
     p.add_argument("--max-queue", type=positive_int, default=d.max_queue, help="waiting items per endpoint (429 above)")
+    p.add_argument("--max-connections", type=positive_int, default=None,
+                   help=f"open connections; one more is closed at once (default {d.max_connections}, at most "
+                        "half the process's file-descriptor limit)")
+    p.add_argument("--header-timeout", type=positive_float, default=d.header_timeout_s,
+                   help="seconds for a request's headers to arrive; the connection is closed after")
+    p.add_argument("--body-timeout", type=positive_float, default=d.body_timeout_s,
+                   help="seconds for a request's body to arrive (408 after)")
+    p.add_argument("--keep-alive", type=positive_float, default=d.keep_alive_s,
+                   help="seconds an idle kept-alive connection stays open")
     p.add_argument("--mrc-max-length", type=positive_int, default=None,
                    help="MRC window in tokens (default: the model's)")
     p.add_argument("--mrc-doc-stride", type=non_negative_int, default=None,
@@ -64,10 +73,9 @@ def _serve(args) -> int:
     from ..errors import ConfigError
     from ..serving.service import Limits, Service
 
-    try:
-        import uvicorn
-
+    try:  # fastapi and uvicorn
         from ..serving.app import create_app
+        from ..serving.server import make_server
     except ImportError as e:
         raise ConfigError(f"serve needs the [serve] extra (pip install 'bertfam[serve]'): {e}") from None
     if args.threads:
@@ -76,7 +84,10 @@ def _serve(args) -> int:
                     max_passage_chars=args.max_passage_chars, timeout_s=args.timeout, max_batch=args.max_batch,
                     batch_wait_ms=args.batch_wait_ms, max_queue=args.max_queue,
                     max_request_tokens=args.max_request_tokens, max_batch_tokens=args.max_batch_tokens,
-                    max_concurrent_requests=args.max_concurrent_requests)
+                    max_concurrent_requests=args.max_concurrent_requests,
+                    max_connections=args.max_connections or _default_connections(Limits.max_connections),
+                    header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
+                    keep_alive_s=args.keep_alive)
     access = _access(args)
     _check_port(args.host, args.port)
     service = Service.from_dirs(args.model, limits, int8=args.int8, mrc_max_length=args.mrc_max_length,
@@ -88,12 +99,23 @@ def _serve(args) -> int:
               f"{', '.join('/v1/' + e for e in m['endpoints']) or 'nothing (another model serves its task)'}")
     print(f"bertfam serve: page http://{args.host}:{args.port}/  API docs http://{args.host}:{args.port}/docs")
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_keep_alive=15)
+        make_server(app, args.host, args.port).run()
     except OSError as e:  # port taken, address not available
         raise ConfigError(f"serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
     finally:
         service.shutdown()
+    # reached on SIGTERM and SIGINT too (serving/server.py): requests in flight were answered first
+    print("bertfam serve: stopped", flush=True)
     return 0
+
+
+def _default_connections(default: int) -> int:
+    """The connection cap: the default, but at most half the file-descriptor limit, so that model files,
+    logs and accepting the next connection never fail for want of a descriptor."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(1, min(default, soft // 2)) if soft != resource.RLIM_INFINITY else default
 
 
 def _is_loopback(host: str) -> bool:

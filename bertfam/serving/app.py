@@ -275,14 +275,15 @@ def _json_type(v: Any) -> str:
 # ------------------------------------------------------------------ body size limit
 class BodyLimit:
     """ASGI middleware: refuse bodies over `limit` bytes with 413, whether or not Content-Length is sent,
-    before the application reads them."""
+    before the application reads them, and bodies not complete within `timeout_s` with 408."""
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app, limit: int, timeout_s: Optional[float] = None):
+        self.app, self.limit, self.timeout_s = app, limit, timeout_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None:
             try:
@@ -293,7 +294,12 @@ class BodyLimit:
                 return await _send(send, self._too_big(), scope, receive)
         chunks, size = [], 0
         while True:
-            msg = await receive()
+            try:  # a client that sends its body a byte at a time holds a connection: it gets a deadline
+                msg = await asyncio.wait_for(receive(), None if deadline is None else deadline - time.monotonic())
+            except asyncio.TimeoutError:
+                return await _send(send, _error(408, f"body: not received within {self.timeout_s:g} s "
+                                                     "(--body-timeout)", "body", {"Connection": "close"}),
+                                   scope, receive)
             if msg["type"] == "http.disconnect":
                 return
             chunk = msg.get("body", b"")
@@ -441,7 +447,7 @@ def create_app(service: Service, access: Optional[Access] = None) -> FastAPI:
     app.state.started = time.time()
     lim = service.limits
     types = request_types(lim)
-    app.add_middleware(BodyLimit, limit=lim.max_body_bytes)
+    app.add_middleware(BodyLimit, limit=lim.max_body_bytes, timeout_s=lim.body_timeout_s)
     app.add_middleware(ConcurrencyLimit, limit=lim.max_concurrent_requests)
     app.add_middleware(Guard, access=access)  # added last: runs first
 
@@ -478,7 +484,8 @@ def create_app(service: Service, access: Optional[Access] = None) -> FastAPI:
         d["uptime_s"] = round(time.time() - app.state.started, 1)
         return d
 
-    statuses = (400, 401, 404, 413, 415, 422, 429, 503) if access.api_keys else (400, 404, 413, 415, 422, 429, 503)
+    statuses = (400, 401, 404, 408, 413, 415, 422, 429, 503) if access.api_keys else \
+        (400, 404, 408, 413, 415, 422, 429, 503)
     errors = {status: {"model": ErrorBody} for status in statuses}
 
     for ep, (_, result_cls) in ITEM_OF.items():

@@ -35,6 +35,11 @@ class Limits:
     max_request_tokens: int = 32768  # one request, all its items (MRC and NER: every window) -> 413
     max_batch_tokens: int = 8192  # one batch (MRC: one model call over windows); an item over it runs alone
     max_concurrent_requests: int = 64  # /v1 requests in progress (body read included) -> 429 beyond
+    # slow clients (serving/server.py): each one holds a file descriptor and a connection slot
+    max_connections: int = 256  # open connections; one more is closed at once
+    header_timeout_s: float = 10.0  # request line + headers, from the connection (or the last answer)
+    body_timeout_s: float = 20.0  # the whole body, from its first byte -> 408
+    keep_alive_s: float = 15.0  # an idle kept-alive connection is closed after it
 
     def validate(self) -> "Limits":
         for name, v in asdict(self).items():
