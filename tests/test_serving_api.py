@@ -96,6 +96,15 @@ def test_docs_and_openapi_describe_every_endpoint(client):
     assert resolve(one)["properties"]["passage"]["maxLength"] == LIMITS["max_passage_chars"]
     embed = resolve(paths["/v1/embed"]["post"]["requestBody"]["content"]["application/json"]["schema"])
     assert embed["properties"]["texts"]["maxItems"] == LIMITS["max_texts"]
+    # the blank rule is in the schema: every text field needs one character that is not blank
+    from bertfam.tasks.blank import NOT_BLANK
+
+    assert resolve(one)["properties"]["question"]["pattern"] == NOT_BLANK
+    assert embed["properties"]["texts"]["items"]["pattern"] == NOT_BLANK
+    # a list body gets a list back, and the 200 schema says so
+    ok = paths["/v1/mrc"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    kinds = ok.get("anyOf") or ok.get("oneOf")
+    assert kinds[0]["$ref"].endswith("/MRCResult") and kinds[1]["items"]["$ref"].endswith("/MRCResult")
 
 
 def test_index_page_is_self_contained(client):
@@ -382,6 +391,8 @@ def test_endpoint_without_a_model_is_404_with_a_hint(dirs):
     with TestClient(create_app(Service.from_dirs([dirs["classification"]])), base_url="http://127.0.0.1") as c:
         r = c.post("/v1/mrc", json={"question": "q", "passage": "p"})
         assert r.status_code == 404 and "span" in r.json()["error"]
+        # and the schema lists only what is served
+        assert sorted(c.get("/openapi.json").json()["paths"]) == ["/health", "/v1/classify", "/v1/embed"]
         assert c.post("/v1/embed", json={"texts": ["好"]}).json()["model"] == "classification"
 
 

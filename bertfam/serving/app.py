@@ -489,14 +489,18 @@ def create_app(service: Service, access: Optional[Access] = None) -> FastAPI:
     errors = {status: {"model": ErrorBody} for status in statuses}
 
     for ep, (_, result_cls) in ITEM_OF.items():
+        # an endpoint no loaded model serves still answers (404 naming the head it needs) but is not
+        # described: the schema lists what this service does
         app.post(f"/v1/{ep}", summary=f"{ep}: one object, or a list of objects (answers come back in order)",
-                 response_model=None,
-                 responses={200: {"model": result_cls, "description": "one result, or a list for a list body"},
+                 response_model=None, include_in_schema=ep in service.routes,
+                 responses={200: {"model": Union[result_cls, list[result_cls]],
+                                  "description": "one result for one object, a list of results (in order) for a "
+                                                 "list"},
                             **errors}
                  )(_item_endpoint(ep, types.items[ep], _route_of(service, ep), lim))
 
     @app.post("/v1/embed", summary="embed: sentence vectors for a list of texts", response_model=None,
-              responses={200: {"model": EmbedResult}, **errors})
+              include_in_schema="embed" in service.routes, responses={200: {"model": EmbedResult}, **errors})
     async def embed(request: Request, body: Annotated[types.embed, Body()],
                     route: Annotated[Route, Depends(_route_of(service, "embed"))]):
         items = [{"text": t, "pooling": body.pooling, "normalize": body.normalize} for t in body.texts]
