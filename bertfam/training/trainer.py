@@ -399,7 +399,7 @@ class Trainer:
             saved = here if os.path.isdir(here) else self.save_checkpoint()
         D.barrier()
         if self.is_main:
-            where = (f"checkpoint {saved}; resume with --resume {saved}" if saved else
+            where = (f"checkpoint {saved}; --resume {self.cfg.out_dir} continues from it" if saved else
                      "no checkpoint (checkpoints are off)")
             console.warning("%s at step %d of %d: stopped, %s", name, self.state["step"], self.total_steps, where)
         raise TrainingStopped(signum, saved)
