@@ -177,3 +177,19 @@ def test_cli_exit_status_of_a_stopped_run(monkeypatch, capsys, sig, code):
     monkeypatch.setattr(cli, "build_parser", lambda: type("P", (), {"parse_args": lambda self, argv: args})())
     assert cli.main([]) == code
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_full_disk_at_the_final_save_is_one_line(tmp_path, tiny_cfg, monkeypatch):
+    out = tmp_path / "run"
+    tr = _trainer(tiny_cfg, out, max_steps=2, save_every=1)
+    real = tr.model.save_pretrained
+
+    def save(path, *a, **k):
+        if os.path.normpath(str(path)) == os.path.normpath(str(out)):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, *a, **k)
+    monkeypatch.setattr(tr.model, "save_pretrained", save)
+    with pytest.raises(bertfam.CheckpointError) as e:
+        tr.train()
+    msg = str(e.value)
+    assert "disk full while saving the final model" in msg and "bytes needed" in msg and "step-2 is untouched" in msg

@@ -381,7 +381,11 @@ class Trainer:
             if cfg.checkpoints:
                 self.save_checkpoint()
             if self.is_main:
-                self.model.save_pretrained(cfg.out_dir, tokenizer=self.tokenizer)
+                try:
+                    self.model.save_pretrained(cfg.out_dir, tokenizer=self.tokenizer)  # each file atomic
+                except Exception as e:  # noqa: BLE001 -- a full disk named as such, anything else as it was
+                    raise _save_error(e, cfg.out_dir, self._ckpt_root(), self._checkpoint_bytes(self._ckpt_root()),
+                                      "the final model") from None
         D.barrier()
         elapsed = time.perf_counter() - t0
         return {"steps": self.state["step"], "epochs": self.state["epoch"], "best": self.state["best"],
@@ -505,13 +509,13 @@ def check_writable_dir(path: str) -> None:
         raise ConfigError(f"{path}: cannot write the run there ({why or e}); choose another --out") from None
 
 
-def _save_error(e: Exception, tmp: str, root: str, needed: int) -> Exception:
+def _save_error(e: Exception, tmp: str, root: str, needed: int, what: str = "a checkpoint") -> Exception:
     """The error of a failed checkpoint save: a full disk named as such (torch reports it as
     `unexpected pos ...`), with the bytes needed; any other failure as it was."""
     import errno
 
     try:
-        free = shutil.disk_usage(root).free
+        free = shutil.disk_usage(root if os.path.isdir(root) else tmp).free
     except OSError:
         free = None
     full = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(e) or \
@@ -520,7 +524,7 @@ def _save_error(e: Exception, tmp: str, root: str, needed: int) -> Exception:
         return e
     last = _by_step(list_checkpoints(root))
     kept = f"the last complete checkpoint {last[-1]} is untouched" if last else "no complete checkpoint yet"
-    return CheckpointError(f"{tmp}: disk full while saving a checkpoint: about {needed} bytes needed, "
+    return CheckpointError(f"{tmp}: disk full while saving {what}: about {needed} bytes needed, "
                            f"{free if free is not None else 'unknown'} free; the partial files were removed, {kept}")
 
 
