@@ -11,7 +11,7 @@ import importlib
 import logging
 import sys
 
-from .errors import BertfamError
+from .errors import BertfamError, TrainingStopped
 
 # order = order in `bertfam --help`
 COMMAND_MODULES = ["core", "pretrain", "finetune", "mrc", "distill", "kbert", "serve", "export", "quantize",
@@ -43,6 +43,10 @@ def main(argv=None) -> int:
     except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError) as e:
         print(f"bertfam: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return 2
+    except TrainingStopped as e:  # the trainer saved a checkpoint and said where (one console line)
+        import signal
+
+        return 130 if e.signum == signal.SIGINT else 0
     except KeyboardInterrupt:
         print("bertfam: interrupted", file=sys.stderr)
         return 130

@@ -19,3 +19,12 @@ class TokenizerError(BertfamError):
 
 class DataError(BertfamError):
     """An input data file is missing or has no usable record."""
+
+
+class TrainingStopped(Exception):
+    """Training stopped on SIGTERM/SIGINT after the step in progress, with a checkpoint at `path` (None when
+    checkpoints are off). Not an error: the CLI exits 0 on SIGTERM, 130 on SIGINT."""
+
+    def __init__(self, signum: int, path=None):
+        super().__init__(f"training stopped by signal {signum}" + (f"; checkpoint {path}" if path else ""))
+        self.signum, self.path = signum, path

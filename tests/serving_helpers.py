@@ -43,11 +43,12 @@ class LiveServer:
     """A real uvicorn server for `app` on a free 127.0.0.1 port, in a background thread."""
 
     def __init__(self, app):
-        import uvicorn
+        from bertfam.serving.server import make_server
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        # the server `bertfam serve` runs, with the limits of the app's service (connections, timeouts)
+        self.server = make_server(app, "127.0.0.1", self.port)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> "LiveServer":

@@ -115,7 +115,7 @@ def test_bad_items_name_the_field(dirs):
         fm(["北京是[MASK]都", "没有掩码"])
     with pytest.raises(InputError, match="top_k: must be an integer >= 1"):
         fm("北京是[MASK]都", top_k=0)
-    with pytest.raises(InputError, match="^passage: must not be empty"):
+    with pytest.raises(InputError, match="^passage: must not be blank"):
         pipeline(model=dirs["span"])({"question": "谁？", "passage": "  "})
     with pytest.raises(InputError, match="^input: expected a string or a dict, got int"):
         pipeline(model=dirs["classification"])(3)

@@ -32,7 +32,7 @@ def service(dirs):
 
 @pytest.fixture(scope="module")
 def client(service):
-    with TestClient(create_app(service)) as c:
+    with TestClient(create_app(service), base_url="http://127.0.0.1") as c:
         yield c
 
 
@@ -96,6 +96,15 @@ def test_docs_and_openapi_describe_every_endpoint(client):
     assert resolve(one)["properties"]["passage"]["maxLength"] == LIMITS["max_passage_chars"]
     embed = resolve(paths["/v1/embed"]["post"]["requestBody"]["content"]["application/json"]["schema"])
     assert embed["properties"]["texts"]["maxItems"] == LIMITS["max_texts"]
+    # the blank rule is in the schema: every text field needs one character that is not blank
+    from bertfam.tasks.blank import NOT_BLANK
+
+    assert resolve(one)["properties"]["question"]["pattern"] == NOT_BLANK
+    assert embed["properties"]["texts"]["items"]["pattern"] == NOT_BLANK
+    # a list body gets a list back, and the 200 schema says so
+    ok = paths["/v1/mrc"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    kinds = ok.get("anyOf") or ok.get("oneOf")
+    assert kinds[0]["$ref"].endswith("/MRCResult") and kinds[1]["items"]["$ref"].endswith("/MRCResult")
 
 
 def test_index_page_is_self_contained(client):
@@ -219,6 +228,17 @@ BAD = [
     ("mrc", '[{"question": "q", "passage": "p"}, 7]', 422, "[1]"),
     ("mrc", '{"question": "   ", "passage": "p"}', 422, "question"),
     ("mrc", '{"question": "q", "passage": ""}', 422, "passage"),
+    # one blank rule (tasks/blank.py): whitespace of any kind, zero-width, NUL, control characters
+    ("mrc", '{"question": "\\u200b\\u200b", "passage": "p"}', 422, "question"),
+    ("mrc", '{"question": "q", "passage": "\\u200b\\u200b"}', 422, "passage"),
+    ("mrc", '[{"question": "q", "passage": "p"}, {"question": "q", "passage": "\\u0000"}]', 422, "[1].passage"),
+    ("classify", '{"text": "   "}', 422, "text"),
+    ("classify", '{"text": "\\u0000\\u0007"}', 422, "text"),
+    ("classify", '{"text": "a", "text_pair": "\\u3000\\n"}', 422, "text_pair"),
+    ("classify", '[{"text": "a"}, {"text": "\\ufeff"}]', 422, "[1].text"),
+    ("ner", '{"text": "\\t\\u2028\\u00a0"}', 422, "text"),
+    ("fill-mask", '{"text": ""}', 422, "text"),
+    ("embed", '{"texts": ["a", "\\u200d"]}', 422, "texts[1]"),
     ("mrc", '{"question": "\\ud800", "passage": "p"}', 422, "question"),
     ("mrc", "[]", 422, "body"),
     ("mrc", "null", 422, "body"),
@@ -255,7 +275,7 @@ def test_bad_bodies_get_4xx_naming_the_field(client, ep, body, status, field):
 
 def test_bytes_that_are_not_utf8_or_not_json(client):
     for raw in (b"\xff\xfe\x00garbage", bytes(range(256)), b"\x00" * 64):
-        r = client.post("/v1/classify", content=raw)
+        r = client.post("/v1/classify", content=raw, headers={"content-type": "application/json"})
         assert r.status_code == 400 and r.json()["field"] == "body"
     assert client.get("/health").status_code == 200
 
@@ -309,7 +329,7 @@ def test_request_timeout_is_503_and_the_service_recovers(dirs):
     svc = Service.from_dirs([dirs["classification"]], Limits(timeout_s=0.3))
     pred, orig, slow = _slow(svc, "classify", 1.0)
     svc.routes["classify"].batcher.fn = slow
-    with TestClient(create_app(svc)) as c:
+    with TestClient(create_app(svc), base_url="http://127.0.0.1") as c:
         r = c.post("/v1/classify", json={"text": "好"})
         assert r.status_code == 503 and "timed out" in r.json()["error"] and r.headers["retry-after"] == "1"
         svc.routes["classify"].batcher.fn = orig
@@ -328,7 +348,7 @@ def test_queue_limit_is_429(dirs):
     async def burst():
         import httpx
 
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
             return await asyncio.gather(*(c.post("/v1/classify", json={"text": "好"}) for _ in range(6)))
     codes = sorted(r.status_code for r in asyncio.run(burst()))
     assert 429 in codes and 200 in codes and all(c in (200, 429) for c in codes)
@@ -357,7 +377,7 @@ def test_an_item_that_breaks_the_model_fails_alone(client, service):
         async def together():
             import httpx
 
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
                 return await asyncio.gather(*(c.post("/v1/classify", json={"text": t})
                                               for t in ["好", "BOOM", "坏", "CRASH", "行"]))
         codes = [r.status_code for r in asyncio.run(together())]
@@ -368,9 +388,11 @@ def test_an_item_that_breaks_the_model_fails_alone(client, service):
 
 
 def test_endpoint_without_a_model_is_404_with_a_hint(dirs):
-    with TestClient(create_app(Service.from_dirs([dirs["classification"]]))) as c:
+    with TestClient(create_app(Service.from_dirs([dirs["classification"]])), base_url="http://127.0.0.1") as c:
         r = c.post("/v1/mrc", json={"question": "q", "passage": "p"})
         assert r.status_code == 404 and "span" in r.json()["error"]
+        # and the schema lists only what is served
+        assert sorted(c.get("/openapi.json").json()["paths"]) == ["/health", "/v1/classify", "/v1/embed"]
         assert c.post("/v1/embed", json={"texts": ["好"]}).json()["model"] == "classification"
 
 
@@ -383,12 +405,12 @@ def test_concurrent_requests_share_model_calls(dirs):
     async def burst():
         import httpx
 
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
             return await asyncio.gather(*(c.post("/v1/classify", json={"text": t}) for t in texts))
     results = asyncio.run(burst())
     b = svc.routes["classify"].batcher
     assert b.items == 12 and b.batches < 12  # arrived together -> fewer model calls than requests
-    with TestClient(app) as c:  # and batching changed no answer
+    with TestClient(app, base_url="http://127.0.0.1") as c:  # and batching changed no answer
         for t, r in zip(texts, results):
             assert r.json()["probabilities"] == pytest.approx(
                 c.post("/v1/classify", json={"text": t}).json()["probabilities"], abs=1e-5)

@@ -54,3 +54,41 @@ def test_serve_bad_model_dir_or_busy_port_is_one_line_exit_2(tmp_path, capsys):
         assert main(["serve", "--model", str(tmp_path / "missing"), "--port", str(s.getsockname()[1])]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot listen" in err
+
+
+def test_sigterm_answers_requests_in_flight_then_exits_0(tmp_path):
+    import threading
+
+    import httpx
+
+    dirs = make_tiny_models(str(tmp_path))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "bertfam", "serve", "--model", dirs["span"], "--port", str(port),
+                             "--threads", "1"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stdout.read()
+            try:
+                httpx.get(url + "/health", timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "server did not come up"
+                time.sleep(0.2)
+        # ~2400 characters: ~40 windows of the tiny model, about 1-2 s of work on this machine
+        heavy = {"question": "这段话说了什么？", "passage": "北京是中华人民共和国的首都，也是全国的政治中心。" * 100}
+        got = {}
+        t = threading.Thread(target=lambda: got.update(r=httpx.post(url + "/v1/mrc", json=heavy, timeout=60)))
+        t.start()
+        time.sleep(0.3)
+        assert t.is_alive()  # the request is in flight when the signal comes
+        proc.send_signal(signal.SIGTERM)
+        t.join(60)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert got["r"].status_code == 200, got["r"].text
+    assert proc.returncode == 0, out  # not 143: uvicorn does not re-raise the signal
+    assert "bertfam serve: stopped" in out and "Traceback" not in out

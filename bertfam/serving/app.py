@@ -10,7 +10,7 @@ body is `{"error": "<one line naming the field>", "field": <name|null>}` (`quest
 validation errors into it. The model only ever sees well-formed items.
 """
 import asyncio
-import inspect
+import hmac
 import logging
 import os
 import time
@@ -25,8 +25,10 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import BertfamError
+from ..tasks.blank import BLANK_MESSAGE, NOT_BLANK
 from ..tasks.pipelines import InputError
 from .batching import QueueFull
+from .budget import token_counts
 from .service import Limits, Route, Service
 
 log = logging.getLogger("bertfam")
@@ -39,10 +41,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+# every text a model reads must hold a character that is not blank (tasks/blank.py); in the schema too
+_FILLED = dict(pattern=NOT_BLANK)
+
+
 class MRCItem(_Strict):
-    question: str = Field(description="the question", examples=["中国的首都是哪里？"])
-    passage: str = Field(description="the passage to read; longer than the model window is fine (windows)",
-                         examples=["北京是中华人民共和国的首都，也是全国的政治、文化中心。"])
+    question: str = Field(description="the question; not blank", examples=["中国的首都是哪里？"], **_FILLED)
+    passage: str = Field(description="the passage to read, not blank; longer than the model window is fine "
+                                     "(windows)", examples=["北京是中华人民共和国的首都，也是全国的政治、文化中心。"],
+                         **_FILLED)
     title: Optional[str] = Field(None, description="optional title of the passage")
 
 
@@ -55,8 +62,9 @@ class MRCResult(BaseModel):
 
 
 class ClassifyItem(_Strict):
-    text: str = Field(examples=["这家餐厅的菜很好吃。"])
-    text_pair: Optional[str] = Field(None, description="second text for pair tasks (NLI, similarity)")
+    text: str = Field(description="not blank", examples=["这家餐厅的菜很好吃。"], **_FILLED)
+    text_pair: Optional[str] = Field(None, description="second text for pair tasks (NLI, similarity); not blank",
+                                     **_FILLED)
 
 
 class ClassifyResult(BaseModel):
@@ -69,7 +77,7 @@ class ClassifyResult(BaseModel):
 
 
 class NERItem(_Strict):
-    text: str = Field(examples=["李明在北京大学读书。"])
+    text: str = Field(description="not blank", examples=["李明在北京大学读书。"], **_FILLED)
 
 
 class Entity(BaseModel):
@@ -85,7 +93,8 @@ class NERResult(BaseModel):
 
 
 class FillMaskItem(_Strict):
-    text: str = Field(description="text with one or more [MASK] tokens", examples=["北京是中国的[MASK]都。"])
+    text: str = Field(description="text with one or more [MASK] tokens", examples=["北京是中国的[MASK]都。"],
+                      **_FILLED)
     top_k: int = Field(5, ge=1, le=100)
 
 
@@ -100,7 +109,7 @@ class FillMaskResult(BaseModel):
 
 
 class EmbedBody(_Strict):
-    texts: list[str] = Field(min_length=1, examples=[["今天天气很好", "今天是晴天"]])
+    texts: list[Annotated[str, Field(**_FILLED)]] = Field(min_length=1, examples=[["今天天气很好", "今天是晴天"]])
     pooling: Literal["mean", "cls"] = "mean"
     normalize: bool = True
 
@@ -158,7 +167,8 @@ def request_types(lim: Limits) -> RequestTypes:
 
     texts = EmbedBody.model_fields["texts"]
     embed = _limited(EmbedBody, lim.max_passage_chars,
-                     texts=(list[str], Field(min_length=1, max_length=lim.max_texts, examples=texts.examples)))
+                     texts=(list[Annotated[str, Field(**_FILLED)]],
+                            Field(min_length=1, max_length=lim.max_texts, examples=texts.examples)))
     return RequestTypes({ep: one_or_many(item) for ep, (item, _) in ITEM_OF.items()}, embed)
 
 
@@ -201,6 +211,8 @@ def _problem(e: dict) -> tuple[int, dict]:
     status = 422
     if kind == "string_too_long":
         msg = f"{len(value)} characters, over the limit of {ctx['max_length']} (--max-passage-chars)"
+    elif kind == "string_pattern_mismatch" and ctx.get("pattern") == NOT_BLANK:
+        msg = BLANK_MESSAGE
     elif kind == "string_unicode":  # JSON allows "\ud800"; the tokenizer (Rust) cannot take it
         msg = "not valid Unicode (a lone surrogate escape)"
     elif kind == "too_long":
@@ -263,14 +275,15 @@ def _json_type(v: Any) -> str:
 # ------------------------------------------------------------------ body size limit
 class BodyLimit:
     """ASGI middleware: refuse bodies over `limit` bytes with 413, whether or not Content-Length is sent,
-    before the application reads them."""
+    before the application reads them, and bodies not complete within `timeout_s` with 408."""
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app, limit: int, timeout_s: Optional[float] = None):
+        self.app, self.limit, self.timeout_s = app, limit, timeout_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None:
             try:
@@ -281,7 +294,12 @@ class BodyLimit:
                 return await _send(send, self._too_big(), scope, receive)
         chunks, size = [], 0
         while True:
-            msg = await receive()
+            try:  # a client that sends its body a byte at a time holds a connection: it gets a deadline
+                msg = await asyncio.wait_for(receive(), None if deadline is None else deadline - time.monotonic())
+            except asyncio.TimeoutError:
+                return await _send(send, _error(408, f"body: not received within {self.timeout_s:g} s "
+                                                     "(--body-timeout)", "body", {"Connection": "close"}),
+                                   scope, receive)
             if msg["type"] == "http.disconnect":
                 return
             chunk = msg.get("body", b"")
@@ -310,31 +328,128 @@ async def _send(send, response, scope, receive):
     await response(scope, receive, send)
 
 
+class ConcurrencyLimit:
+    """ASGI middleware: at most `limit` /v1 requests in progress (from the first byte of the body to the
+    last of the answer); one more gets 429 with Retry-After at once, without its body being read."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit, self.active = app, limit, 0
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            return await self.app(scope, receive, send)
+        if self.active >= self.limit:
+            return await _send(send, _error(429, f"busy: {self.active} requests in progress, the limit of "
+                                                 f"--max-concurrent-requests; retry shortly", None,
+                                            {"Retry-After": "1"}), scope, receive)
+        self.active += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.active -= 1
+
+
+# ------------------------------------------------------------------ who may call: Host, key, Content-Type
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may call the service. api_keys: accepted `Authorization: Bearer <key>` values (none: no key
+    asked). allowed_hosts: accepted `Host` header names, without port ("*": any); by default the loopback
+    names, so a web page on another site cannot reach a loopback service by DNS rebinding."""
+
+    api_keys: tuple = ()
+    allowed_hosts: tuple = LOOPBACK_HOSTS
+
+
+# pages that hold no data: the web page and the API docs load without a key, then ask for one (their
+# requests to /health, /openapi.json and /v1 carry it)
+_OPEN_PATHS = ("/", "/docs")
+
+
+def host_name(header: str) -> str:
+    """The name of a Host header value, lower case, without port: '[::1]:8000' -> '::1'."""
+    h = header.strip().lower()
+    if h.startswith("["):
+        return h[1:h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+def is_json_type(content_type: Optional[str]) -> bool:
+    """application/json or application/<x>+json, parameters (charset) allowed."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+class Guard:
+    """ASGI middleware, outermost: Host allow-list (400), API key (401), JSON Content-Type on every POST
+    (415), before anything reads the body. A page on another site can send a cross-origin POST without
+    preflight only as text/plain, a form or without a type; refusing all of them closes that door."""
+
+    def __init__(self, app, access: Access):
+        self.app, self.access = app, access
+        self.hosts = {h.lower() for h in access.allowed_hosts}
+        self.keys = [k.encode("utf-8") for k in access.api_keys]
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        refused = self.check(scope)
+        if refused is not None:
+            return await _send(send, refused, scope, receive)
+        await self.app(scope, receive, send)
+
+    def check(self, scope) -> Optional[JSONResponse]:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
+        if "*" not in self.hosts:
+            host = host_name(headers.get("host", ""))
+            if host not in self.hosts:
+                return _error(400, f"Host: {host or '(none)'!r} is not an allowed host name (--allowed-hosts)",
+                              "Host")
+        if self.keys and scope["path"] not in _OPEN_PATHS:
+            auth = headers.get("authorization", "")
+            scheme, _, key = auth.partition(" ")
+            given = key.strip().encode("utf-8", "replace")
+            # compare_digest with every key, in constant time for each: no timing hint of a key's prefix
+            ok = scheme.lower() == "bearer" and any([hmac.compare_digest(given, k) for k in self.keys])
+            if not ok:
+                why = "missing" if not auth else "not a valid key"
+                return _error(401, f"Authorization: {why}; send Authorization: Bearer <key> (--api-key)",
+                              "Authorization", {"WWW-Authenticate": "Bearer"})
+        if scope["method"] == "POST" and not is_json_type(headers.get("content-type")):
+            got = headers.get("content-type")
+            return _error(415, f"Content-Type: send JSON with Content-Type: application/json (got "
+                               f"{got if got is not None else 'none'})", "Content-Type")
+        return None
+
+
 # ------------------------------------------------------------------ the app
 def _static_page(name: str) -> HTMLResponse:
     with open(os.path.join(STATIC, name), encoding="utf-8") as f:
         return HTMLResponse(f.read())
 
 
-def create_app(service: Service) -> FastAPI:
+def create_app(service: Service, access: Optional[Access] = None) -> FastAPI:
+    """The app for `service`; `access` (default: `Access()`, loopback host names, no key) says who may call."""
+    access = access or Access()
     @asynccontextmanager
     async def lifespan(app):
         yield
         await service.close()
 
-    # a body sent without a Content-Type header is read as JSON (newer FastAPI refuses it unless told)
-    lenient = {"strict_content_type": False} if "strict_content_type" in inspect.signature(FastAPI).parameters else {}
     # FastAPI's /docs and /redoc load their scripts from a CDN and show a blank page offline: /docs is
     # served below from static/docs.html, which reads /openapi.json and needs nothing else.
     app = FastAPI(title="bertfam", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="BERT-family models over HTTP: reading comprehension, classification, NER, "
-                              "embeddings, fill-mask. Errors: `{error, field}` with a 4xx status for bad input.",
-                  **lenient)
+                              "embeddings, fill-mask. Errors: `{error, field}` with a 4xx status for bad input.")
     app.state.service = service
     app.state.started = time.time()
     lim = service.limits
     types = request_types(lim)
-    app.add_middleware(BodyLimit, limit=lim.max_body_bytes)
+    app.add_middleware(BodyLimit, limit=lim.max_body_bytes, timeout_s=lim.body_timeout_s)
+    app.add_middleware(ConcurrencyLimit, limit=lim.max_concurrent_requests)
+    app.add_middleware(Guard, access=access)  # added last: runs first
 
     @app.exception_handler(ApiError)
     async def _api_error(request, e: ApiError):
@@ -369,21 +484,27 @@ def create_app(service: Service) -> FastAPI:
         d["uptime_s"] = round(time.time() - app.state.started, 1)
         return d
 
-    errors = {status: {"model": ErrorBody} for status in (400, 404, 413, 415, 422, 429, 503)}
+    statuses = (400, 401, 404, 408, 413, 415, 422, 429, 503) if access.api_keys else \
+        (400, 404, 408, 413, 415, 422, 429, 503)
+    errors = {status: {"model": ErrorBody} for status in statuses}
 
     for ep, (_, result_cls) in ITEM_OF.items():
+        # an endpoint no loaded model serves still answers (404 naming the head it needs) but is not
+        # described: the schema lists what this service does
         app.post(f"/v1/{ep}", summary=f"{ep}: one object, or a list of objects (answers come back in order)",
-                 response_model=None,
-                 responses={200: {"model": result_cls, "description": "one result, or a list for a list body"},
+                 response_model=None, include_in_schema=ep in service.routes,
+                 responses={200: {"model": Union[result_cls, list[result_cls]],
+                                  "description": "one result for one object, a list of results (in order) for a "
+                                                 "list"},
                             **errors}
-                 )(_item_endpoint(ep, types.items[ep], _route_of(service, ep), lim.timeout_s))
+                 )(_item_endpoint(ep, types.items[ep], _route_of(service, ep), lim))
 
     @app.post("/v1/embed", summary="embed: sentence vectors for a list of texts", response_model=None,
-              responses={200: {"model": EmbedResult}, **errors})
-    async def embed(body: Annotated[types.embed, Body()],
+              include_in_schema="embed" in service.routes, responses={200: {"model": EmbedResult}, **errors})
+    async def embed(request: Request, body: Annotated[types.embed, Body()],
                     route: Annotated[Route, Depends(_route_of(service, "embed"))]):
         items = [{"text": t, "pooling": body.pooling, "normalize": body.normalize} for t in body.texts]
-        results = await _answer(route, items, "texts", lim.timeout_s)
+        results = await _answer(request, route, items, "texts", lim)
         return {"vectors": [r["vector"] for r in results], "dim": len(results[0]["vector"]),
                 "truncated": [r["truncated"] for r in results], "model": route.model_name}
 
@@ -404,8 +525,9 @@ def _route_of(service: Service, ep: str):
     return route
 
 
-def _item_endpoint(ep: str, body_type, route_of, timeout_s: float):
-    async def endpoint(body: Annotated[body_type, Body()], route: Annotated[Route, Depends(route_of)]):
+def _item_endpoint(ep: str, body_type, route_of, lim: Limits):
+    async def endpoint(request: Request, body: Annotated[body_type, Body()],
+                       route: Annotated[Route, Depends(route_of)]):
         single = not isinstance(body, list)
         dicts = []
         for i, item in enumerate([body] if single else body):
@@ -416,30 +538,61 @@ def _item_endpoint(ep: str, body_type, route_of, timeout_s: float):
             except InputError as e:
                 raise ApiError(422, prefix + str(e), prefix + e.field) from None
             dicts.append(d)
-        results = await _answer(route, dicts, None if single else "", timeout_s)
+        results = await _answer(request, route, dicts, None if single else "", lim)
         return results[0] if single else results
 
     endpoint.__name__ = ep.replace("-", "_")
     return endpoint
 
 
-async def _answer(route, items: list[dict], list_prefix: Optional[str], timeout_s: float) -> list:
-    """Run items through the route's batcher; map per-item failures to one HTTP error."""
+async def _answer(request: Request, route, items: list[dict], list_prefix: Optional[str], lim: Limits) -> list:
+    """Run items through the route's batcher; map per-item failures to one HTTP error. The request's
+    tokens are counted first (413 over --max-request-tokens). Its work is abandoned (the batcher drops or
+    interrupts it) when the deadline passes (503) or the client disconnects."""
+    deadline = time.monotonic() + lim.timeout_s
     try:
-        futs = await route.batcher.submit(items)
+        # on another thread: a 1 MB body takes a second to tokenize, and the event loop must keep serving
+        tokens = await asyncio.to_thread(token_counts, route.predictor, items)
+    except (BertfamError, ValueError) as e:
+        raise ApiError(422, f"body: cannot be tokenized: {str(e).splitlines()[0] if str(e) else e!r}",
+                       "body") from None
+    if sum(tokens) > lim.max_request_tokens:
+        what = " (every window of a long passage counts, with its question)" if route.endpoint == "mrc" else ""
+        raise ApiError(413, f"body: {sum(tokens)} tokens after tokenization{what}, over the limit of "
+                            f"{lim.max_request_tokens} per request (--max-request-tokens)", "body")
+    try:
+        futs = await route.batcher.submit(items, tokens)
     except QueueFull as e:
         raise ApiError(429, f"busy: {e}; retry shortly", None, {"Retry-After": "1"}) from None
+    answers = asyncio.ensure_future(asyncio.gather(*futs, return_exceptions=True))
+    gone = asyncio.ensure_future(_client_gone(request))
     try:
-        results = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), timeout_s)
-    except asyncio.TimeoutError:
-        for f in futs:
+        done, _ = await asyncio.wait({answers, gone}, timeout=max(0.0, deadline - time.monotonic()),
+                                     return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if answers not in done:
+        for f in futs:  # the batcher skips these items, or stops their running batch between model calls
             f.cancel()
-        raise ApiError(503, f"timed out after {timeout_s:g} s (--timeout); the service is busy, retry later",
-                       None, {"Retry-After": "1"}) from None
+        answers.cancel()
+        if gone in done:
+            log.info("serve: /v1/%s client disconnected; its work is dropped", route.endpoint)
+            raise ApiError(499, "client closed the connection")  # nobody reads it; the code is nginx's
+        raise ApiError(503, f"timed out after {lim.timeout_s:g} s (--timeout); the service is busy, retry later",
+                       None, {"Retry-After": "1"})
+    results = answers.result()
     for i, r in enumerate(results):
         if isinstance(r, BaseException):
             raise _item_error(r, i, list_prefix, route.endpoint)
     return results
+
+
+async def _client_gone(request: Request) -> None:
+    """Returns when the client disconnects. The body has been read, so the next ASGI message is the
+    disconnect (servers send nothing else before the response; test clients send it after the response)."""
+    while True:
+        if (await request.receive())["type"] == "http.disconnect":
+            return
 
 
 def _item_error(e: BaseException, i: int, list_prefix: Optional[str], ep: str) -> ApiError:

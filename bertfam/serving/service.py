@@ -29,6 +29,17 @@ class Limits:
     max_batch: int = 32  # items per model call
     batch_wait_ms: float = 5.0  # how long the first item of a batch waits for company
     max_queue: int = 4096  # items waiting per endpoint before 429
+    # Token budgets, counted after tokenization (serving/budget.py). On 2 CPU cores the shipped MRC model
+    # reads about 3,000 tokens/s: a request of 32768 tokens holds the model ~11 s, well inside the 30 s
+    # timeout, and a batch of 8192 tokens ~3 s, the longest a new request waits for the model to be free.
+    max_request_tokens: int = 32768  # one request, all its items (MRC and NER: every window) -> 413
+    max_batch_tokens: int = 8192  # one batch (MRC: one model call over windows); an item over it runs alone
+    max_concurrent_requests: int = 64  # /v1 requests in progress (body read included) -> 429 beyond
+    # slow clients (serving/server.py): each one holds a file descriptor and a connection slot
+    max_connections: int = 256  # open connections; one more is closed at once
+    header_timeout_s: float = 10.0  # request line + headers, from the connection (or the last answer)
+    body_timeout_s: float = 20.0  # the whole body, from its first byte -> 408
+    keep_alive_s: float = 15.0  # an idle kept-alive connection is closed after it
 
     def validate(self) -> "Limits":
         for name, v in asdict(self).items():
@@ -78,10 +89,13 @@ class Service:
         lim = self.limits
         if ep == "mrc":
             pred = MRCPipeline(model, lim.max_batch, mrc_max_length, mrc_doc_stride)
+            # one model call reads at most max_batch_tokens of windows: a passage of many windows is read in
+            # several calls, between which an abandoned request stops (tasks/interrupt.py)
+            pred.inner.batch_size = max(1, min(lim.max_batch, lim.max_batch_tokens // pred.inner.max_length))
         else:
             pred = PIPELINES[PIPELINE_OF_ENDPOINT[ep]](model, lim.max_batch)
         batcher = DynamicBatcher(pred.predict_batch, executor, lim.max_batch, lim.batch_wait_ms, lim.max_queue,
-                                 name=f"{ep}@{name}")
+                                 name=f"{ep}@{name}", max_batch_tokens=lim.max_batch_tokens)
         return Route(ep, name, pred, batcher)
 
     @classmethod
@@ -108,7 +122,8 @@ class Service:
         return {"status": "ok", "models": self.models,
                 "endpoints": {ep: r.model_name for ep, r in self.routes.items()},
                 "limits": asdict(self.limits),
-                "batching": {ep: {"batches": r.batcher.batches, "items": r.batcher.items}
+                "batching": {ep: {"batches": r.batcher.batches, "items": r.batcher.items,
+                                  "dropped": r.batcher.dropped, "interrupted": r.batcher.interrupted}
                              for ep, r in self.routes.items()}}
 
     async def close(self) -> None:

@@ -23,6 +23,8 @@ import torch.nn.functional as F
 
 from ..errors import ConfigError
 from ..modeling.optimize import optimize_for_inference
+from .blank import BLANK_MESSAGE, is_blank
+from .interrupt import check_interrupt
 
 # head task -> pipeline task that answers with it
 TASK_OF_HEAD = {"classification": "classification", "regression": "classification", "token": "ner",
@@ -103,6 +105,8 @@ class Pipeline:
         v = item.get(self.text_field)
         if not isinstance(v, str):
             raise InputError(self.text_field, "required (a string)")
+        if is_blank(v):
+            raise InputError(self.text_field, BLANK_MESSAGE)
 
     def predict_batch(self, items: list[dict]) -> list[dict]:
         raise NotImplementedError
@@ -125,8 +129,11 @@ class ClassificationPipeline(Pipeline):
 
     def check(self, item: dict) -> None:
         super().check(item)
-        if item.get("text_pair") is not None and not isinstance(item["text_pair"], str):
-            raise InputError("text_pair", "must be a string")
+        if item.get("text_pair") is not None:
+            if not isinstance(item["text_pair"], str):
+                raise InputError("text_pair", "must be a string")
+            if is_blank(item["text_pair"]):  # a pair of one text and nothing: leave text_pair out instead
+                raise InputError("text_pair", BLANK_MESSAGE)
 
     def predict_batch(self, items: list[dict]) -> list[dict]:
         out: list[Optional[dict]] = [None] * len(items)
@@ -191,6 +198,7 @@ class NERPipeline(Pipeline):
         make hundreds of windows; one call for all of them would hold all their activations at once)."""
         conf, ids = [], []
         for a in range(0, inputs["input_ids"].shape[0], chunk):
+            check_interrupt()  # a served request that has gone stops here, between model calls
             probs = torch.softmax(self._run(**{k: v[a:a + chunk] for k, v in inputs.items()}).logits.float(), -1)
             c, i = probs.max(-1)  # (w, T)
             conf.append(c)
@@ -313,8 +321,8 @@ class MRCPipeline(Pipeline):
             v = item.get(field)
             if not isinstance(v, str):
                 raise InputError(field, "required (a string)")
-            if not v.strip():
-                raise InputError(field, "must not be empty or blank")
+            if is_blank(v):
+                raise InputError(field, BLANK_MESSAGE)
         if item.get("title") is not None and not isinstance(item["title"], str):
             raise InputError("title", "must be a string")
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..checkpoint import read_weights
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, TrainingStopped
 from . import distributed as D
 from .optim import linear_schedule, param_groups
 from .sampling import BatchPlan
@@ -185,8 +185,12 @@ class Trainer:
         final = os.path.join(root, f"step-{self.state['step']}")
         tmp = os.path.join(root, f".step-{self.state['step']}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp, tokenizer=self.tokenizer)
-        torch.save(self._state_dict(), os.path.join(tmp, STATE_FILE))
+        try:
+            self.model.save_pretrained(tmp, tokenizer=self.tokenizer)
+            torch.save(self._state_dict(), os.path.join(tmp, STATE_FILE))
+        except Exception as e:  # noqa: BLE001 -- a full disk surfaces as OSError, or torch's RuntimeError
+            shutil.rmtree(tmp, ignore_errors=True)  # a partial checkpoint would keep the disk full
+            raise _save_error(e, tmp, root, self._checkpoint_bytes(root)) from None
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)  # the checkpoint appears complete or not at all
         kept = sorted(list_checkpoints(root), key=lambda p: int(p.rsplit("-", 1)[1]))
@@ -195,6 +199,16 @@ class Trainer:
         for cb in self.callbacks:
             cb.on_checkpoint(self, final)
         return final
+
+    def _checkpoint_bytes(self, root: str) -> int:
+        """Bytes one checkpoint takes: the last complete one's size, else the weights (x3 with the optimizer's
+        two moments)."""
+        done = _by_step(list_checkpoints(root))
+        if done:
+            last = done[-1]
+            return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(last) for f in fs)
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        return weights * (3 if self.cfg.save_optimizer_state else 1)
 
     def _state_dict(self) -> dict:
         """What a checkpoint records; the optimizer moments alone are twice the weights' size."""
@@ -299,6 +313,15 @@ class Trainer:
         return {k: v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
 
     def train(self, resume_from: Optional[str] = None) -> dict:
+        """Train to the end. SIGTERM or SIGINT stops the run after the step in progress: a checkpoint is
+        saved (when checkpoints are on) and `TrainingStopped` is raised (the CLI exits 0 on SIGTERM, 130 on
+        SIGINT); `resume_from=` that checkpoint continues exactly."""
+        if self.is_main:
+            check_writable_dir(self.cfg.out_dir)  # before any work: a read-only --out fails in one line
+        with _StopOnSignal() as stopper:
+            return self._train(resume_from, stopper)
+
+    def _train(self, resume_from: Optional[str], stopper: "_StopOnSignal") -> dict:
         self._setup()
         if resume_from:
             self._resume(resume_from)
@@ -341,6 +364,8 @@ class Trainer:
                     self.save_checkpoint()
                 for cb in self.callbacks:
                     cb.on_step_end(self)
+                if stopper.signal is not None and step < self.total_steps:
+                    self._stop_for(stopper.signal)
                 if step >= self.total_steps or stop:
                     stop = True
                     break
@@ -358,12 +383,32 @@ class Trainer:
             if cfg.checkpoints:
                 self.save_checkpoint()
             if self.is_main:
-                self.model.save_pretrained(cfg.out_dir, tokenizer=self.tokenizer)
+                try:
+                    self.model.save_pretrained(cfg.out_dir, tokenizer=self.tokenizer)  # each file atomic
+                except Exception as e:  # noqa: BLE001 -- a full disk named as such, anything else as it was
+                    raise _save_error(e, cfg.out_dir, self._ckpt_root(), self._checkpoint_bytes(self._ckpt_root()),
+                                      "the final model") from None
         D.barrier()
         elapsed = time.perf_counter() - t0
         return {"steps": self.state["step"], "epochs": self.state["epoch"], "best": self.state["best"],
                 "elapsed_s": elapsed, "tokens_per_s": (self.state["tokens"] - tok0) * self.world / max(elapsed, 1e-9),
                 "history": self.history}
+
+    def _stop_for(self, signum: int) -> None:
+        """A stop signal arrived: keep the step just made (a checkpoint, unless this step saved one), then stop."""
+        import signal as _signal
+
+        name = _signal.Signals(signum).name
+        saved = None
+        if self.cfg.checkpoints:
+            here = os.path.join(self._ckpt_root(), f"step-{self.state['step']}")
+            saved = here if os.path.isdir(here) else self.save_checkpoint()
+        D.barrier()
+        if self.is_main:
+            where = (f"checkpoint {saved}; --resume {self.cfg.out_dir} continues from it" if saved else
+                     "no checkpoint (checkpoints are off)")
+            console.warning("%s at step %d of %d: stopped, %s", name, self.state["step"], self.total_steps, where)
+        raise TrainingStopped(signum, saved)
 
     def _progress_bar(self):
         """A tqdm bar on a terminal only: redirected to a file it would write a carriage-return mess."""
@@ -417,8 +462,80 @@ class Trainer:
         return total_loss, n_tok, extras
 
 
+class _StopOnSignal:
+    """While training: SIGTERM and SIGINT set `signal` instead of killing the run mid-step; the loop stops
+    after the step in progress. A second SIGINT interrupts at once (the user insists). Only in the main
+    thread (Python lets no other set handlers); elsewhere the signals keep their handlers."""
+
+    def __init__(self):
+        self.signal: Optional[int] = None
+        self._before: dict = {}
+
+    def __enter__(self) -> "_StopOnSignal":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._before[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        import signal
+
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal = signum
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for sig, handler in self._before.items():
+            signal.signal(sig, handler)
+
+
+def check_writable_dir(path: str) -> None:
+    """Raise ConfigError (one line) unless files can be created in `path` (made if missing): a read-only
+    file system or a directory without write permission fails here, before any work, not at the first save."""
+    import errno
+    import tempfile
+
+    try:
+        os.makedirs(path, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=path)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        why = {errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+               errno.EPERM: "permission denied", errno.ENOSPC: "no space left on the device"}.get(e.errno, e.strerror)
+        raise ConfigError(f"{path}: cannot write the run there ({why or e}); choose another --out") from None
+
+
+def _save_error(e: Exception, tmp: str, root: str, needed: int, what: str = "a checkpoint") -> Exception:
+    """The error of a failed checkpoint save: a full disk named as such (torch reports it as
+    `unexpected pos ...`), with the bytes needed; any other failure as it was."""
+    import errno
+
+    try:
+        free = shutil.disk_usage(root if os.path.isdir(root) else tmp).free
+    except OSError:
+        free = None
+    full = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(e) or \
+        (free is not None and free < needed)
+    if not full:
+        return e
+    last = _by_step(list_checkpoints(root))
+    kept = f"the last complete checkpoint {last[-1]} is untouched" if last else "no complete checkpoint yet"
+    return CheckpointError(f"{tmp}: disk full while saving {what}: about {needed} bytes needed, "
+                           f"{free if free is not None else 'unknown'} free; the partial files were removed, {kept}")
+
+
 def _fmt_metrics(metrics: dict) -> str:
     return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
+
+
+def _by_step(paths: list[str]) -> list[str]:
+    return sorted(paths, key=lambda p: int(p.rsplit("-", 1)[1]))
 
 
 def list_checkpoints(root: str) -> list[str]:

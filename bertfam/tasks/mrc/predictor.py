@@ -13,6 +13,8 @@ import torch
 from ...data.mrc_windows import Window, build_windows, collate_windows
 from ...errors import ConfigError, DataError
 from ...modeling.optimize import optimize_for_inference
+from ..blank import is_blank
+from ..interrupt import check_interrupt
 from .decoding import EXTENSIONS, answered, decode
 
 
@@ -88,7 +90,7 @@ class MRCPredictor:
         """items: dicts with question, passage (or context) and optional title. Returns per item
         {answer, start, end, score, answerable} (+ nbest, null_diff, p_answerable with details=True)."""
         clean = [_check_item(it, i) for i, it in enumerate(items)]
-        todo = [i for i, it in enumerate(clean) if it["question"].strip() and it["passage"].strip()]
+        todo = [i for i, it in enumerate(clean) if not is_blank(it["question"]) and not is_blank(it["passage"])]
         raw = self.raw_scores([clean[i] for i in todo])
         out = [_empty_result(details) for _ in clean]
         for i, r in zip(todo, raw):
@@ -109,6 +111,7 @@ class MRCPredictor:
         """(N,) the verifier's question-passage relevance, or None when the predictor has no verifier."""
         if self.verifier is None:
             return None
+        check_interrupt()
         return self.verifier.scores([{"question": it["question"], "passage": it["passage"],
                                       "title": it.get("title") if self.use_title else None} for it in items])
 
@@ -149,6 +152,7 @@ class MRCPredictor:
         order = sorted(range(len(windows)), key=lambda k: len(windows[k].input_ids))  # less padding
         pad = self.tokenizer.pad_token_id or 0
         for b in range(0, len(order), self.batch_size):
+            check_interrupt()  # a served request that has gone stops here, between model calls
             chunk = [windows[k] for k in order[b:b + self.batch_size]]
             batch = collate_windows(chunk, pad, with_labels=False)
             start = end = None
