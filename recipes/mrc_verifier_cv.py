@@ -143,8 +143,12 @@ def fit_fusion(cos, pair, y) -> dict:
     from bertfam.tasks.mrc.verifier import fusion_feature
 
     x = np.stack([fusion_feature("relevance", cos), fusion_feature("pair", pair)], axis=1)  # (N, 2)
-    lr = LogisticRegression(C=1.0, max_iter=1000).fit(x, y)
-    return {"weights": [float(w) for w in lr.coef_[0]], "bias": float(lr.intercept_[0])}
+    # standardized first: the cosine moves over ~0.2, the logit over ~10, and an unscaled L2 penalty would
+    # shrink the cosine's weight to nothing; the weights are then folded back onto the raw features
+    mu, sd = x.mean(0), x.std(0) + 1e-9
+    lr = LogisticRegression(C=1.0, max_iter=1000).fit((x - mu) / sd, y)
+    w = lr.coef_[0] / sd
+    return {"weights": [float(v) for v in w], "bias": float(lr.intercept_[0] - (w * mu).sum())}
 
 
 def fused(spec: dict, cos, pair):
@@ -206,6 +210,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--float", action="store_true", help="score with the float verifier (default: int8, as shipped)")
     ap.add_argument("--final", action="store_true", help="then train on all folds: OUT/final/model and OUT/final/delta")
+    ap.add_argument("--ship-fold", type=int, default=None, metavar="N",
+                    help="write fold N's model as the delta to ship (OUT/foldN/delta): the thresholds tuned out of "
+                         "fold fit the fold models' scores, which a model trained longer on all folds may not")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -253,6 +260,11 @@ def main() -> int:
     atomic_write_text(os.path.join(args.out, "oof.json"), json.dumps(oof))
     print(f"pooled out-of-fold AUC (answerable vs not): {result['auc']}")
     atomic_write_text(os.path.join(args.out, "verifier_cv.json"), json.dumps(result, indent=1) + "\n")
+    if args.ship_fold is not None:  # a fold model as the shipped one: scored like the thresholds were tuned on
+        out = os.path.join(args.out, f"fold{args.ship_fold}", "delta")
+        save_delta(os.path.join(args.out, f"fold{args.ship_fold}", "model"), base, out, int8=not args.float)
+        if "fusion" in result:
+            atomic_write_text(os.path.join(out, "fusion.json"), json.dumps(result["fusion"], indent=1) + "\n")
     if args.final:
         final = os.path.join(args.out, "final")
         model_dir = os.path.join(final, "model")
