@@ -46,9 +46,13 @@ class FinetuneOptions(RunOptions):
     max_length: int = FinetuneSettings.max_length
     dev_ratio: float = 0.1  # carved from train when no dev file is given
     max_train: Optional[int] = None  # use a random subset of this many training examples
+    # dev examples evaluated (a random subset); default: a dev split carved from a --max-train subset stays in
+    # proportion to it (dev_ratio of max_train), so that evaluating does not outweigh training
+    max_eval: Optional[int] = None
     freeze_word_embeddings: bool = False  # e.g. a 250k-row multilingual vocabulary: skip its gradients
     kg: Optional[Sequence[str]] = None  # K-BERT knowledge graph files (.spo)
     resume: bool = False  # continue from the latest checkpoint under out/checkpoints
+    overwrite_output_dir: bool = False  # replace the run in a non-empty out (else refused: training/rundir.py)
     # the trainer's fields (its seed also draws the dev split, the training subset and a new head);
     # train.checkpoints False: no out/checkpoints, the final model (+ best/) only
     train: TrainConfig = field(default_factory=lambda: FinetuneOptions.default_train())
@@ -127,9 +131,14 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
              opts: Optional[FinetuneOptions] = None, **kw) -> dict:
     """Fine-tune `model_dir` on `train`, select on `dev` (or a split carved from train), save to `out`.
     Without `opts`, the keyword arguments are its fields, flat (epochs=3, max_length=64: `from_dict`)."""
+    from ..training.distributed import is_main_process
+    from ..training.rundir import describe_run_dir, link_duplicate_weights, prepare_run_dir
+
     opts = opts or FinetuneOptions.from_dict(kw, source="finetune()")
     seed = opts.train.seed
     spec = resolve_task(task)
+    if is_main_process():  # one process decides (and, with overwrite, removes), before anything is written
+        prepare_run_dir(out, resume=opts.resume, overwrite=opts.overwrite_output_dir, source=model_dir)
     check_max_length(load_config(model_dir)[0], opts.max_length)  # as pretrain: refused, not clamped
     train_ex = spec.read(train)
     if dev:
@@ -140,6 +149,12 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
         dev_note = f"{int(opts.dev_ratio * 100)}% carved from {os.path.basename(train)} (seed {seed})"
     if opts.max_train and len(train_ex) > opts.max_train:
         train_ex = random.Random(seed).sample(train_ex, opts.max_train)
+    max_eval = opts.max_eval
+    if max_eval is None and opts.max_train and not dev:  # the carved split follows the subset's size
+        max_eval = max(1, int(round(opts.max_train * opts.dev_ratio)))
+    if max_eval and len(dev_ex) > max_eval:
+        dev_note += f", {max_eval} of its {len(dev_ex)} examples"
+        dev_ex = [dev_ex[i] for i in sorted(random.Random(seed + 1).sample(range(len(dev_ex)), max_eval))]
     _need_labels(train_ex, spec, train)
     _need_labels(dev_ex, spec, dev or train)
     labels = collect_labels(spec, train_ex)
@@ -152,6 +167,8 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
                       "dev": dev_note}]}
     head_kw = {"labels": labels, "num_labels": max(1, len(labels)), "finetune": settings, "info": info,
                "label_descriptions": label_descriptions(train_ex, labels)}
+    if opts.resume:
+        _check_resumable(out, spec, labels)
     model = from_pretrained(model_dir, task=spec.head, seed=seed, dequantize=True, **head_kw)
     if opts.freeze_word_embeddings:
         model.backbone.embeddings.word.weight.requires_grad_(False)
@@ -189,7 +206,26 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
     model.save_pretrained(out)  # config.json + training_info.json (the run above)
     write_predictions(os.path.join(out, "dev_predictions"), spec, dev_ex, names)
     atomic_write_text(os.path.join(out, "eval_results.json"), json.dumps(result, indent=2, ensure_ascii=False))
+    if is_main_process():
+        link_duplicate_weights(out)  # best/ (and a last-step checkpoint) hold the model's bytes: links, not copies
+        result["written"] = describe_run_dir(out)
     return result
+
+
+def _check_resumable(out: str, spec: TaskSpec, labels: list) -> None:
+    """--resume into a run of another task, or of other labels, would fail on the head's shapes deep in
+    loading: say what the directory holds instead."""
+    from ..training.trainer import latest_checkpoint
+
+    ckpt = latest_checkpoint(out)  # CheckpointError naming the directory when it holds none
+    cfg = load_config(ckpt)[0]
+    ft = cfg.head.finetune
+    if ft is not None and ft.task != spec.name:
+        raise ConfigError(f"--resume: {out} holds a {ft.task} run, not {spec.name}; give --task {ft.task} "
+                          "or another --out")
+    if cfg.head.labels and list(cfg.head.labels) != list(labels):
+        raise ConfigError(f"--resume: {out} was trained on the labels {list(cfg.head.labels)[:6]}, this "
+                          f"training file has {list(labels)[:6]}; give another --out")
 
 
 def label_descriptions(examples: list, labels: list) -> dict:

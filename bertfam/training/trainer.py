@@ -214,7 +214,12 @@ class Trainer:
                                   "--no-optimizer-state), so it cannot be resumed exactly; start a new run "
                                   "from its weights instead")
         sd, _ = read_weights(ckpt)
-        self.model.load_state_dict(sd, strict=False)
+        try:
+            self.model.load_state_dict(sd, strict=False)
+        except RuntimeError as e:  # another model's checkpoint (another head, size): one line, not torch's dump
+            detail = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), str(e).splitlines()[0])
+            raise CheckpointError(f"{ckpt}: does not fit this model, so it cannot be resumed ({detail}); give "
+                                  "another --out") from None
         self.model.to(self.device)
         self.optim.load_state_dict(st["optimizer"])
         self.sched.load_state_dict(st["scheduler"])
