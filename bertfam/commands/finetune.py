@@ -26,6 +26,8 @@ def _train_args(p) -> None:
                    help="stop after N evaluations without dev improvement")
     p.add_argument("--eval-every", type=non_negative_int, default=0,
                    help="optimizer steps between dev evaluations (0: per epoch)")
+    p.add_argument("--log-every", type=positive_int, default=10,
+                   help="optimizer steps between loss lines (metrics.jsonl, and the console without a terminal)")
     p.add_argument("--no-group-by-length", dest="group_by_length", action="store_false", help="plain shuffled batches")
     p.add_argument("--max-train", type=positive_int, default=None, help="random subset of this many training examples")
     p.add_argument("--max-eval", type=positive_int, default=None,

@@ -217,7 +217,7 @@ def _predict_file(predictor, args) -> None:
 
     examples, rep = read_mrc(args.data, mode="predict")
     _print_reports([rep])
-    preds, nbest, qps = predict_examples(predictor, examples, args.no_answer_text)
+    preds, nbest, qps = predict_examples(predictor, examples, args.no_answer_text, progress=True)
     _write_predictions(preds, nbest, args.out, args.nbest_out)
     print(json.dumps({"questions": len(preds), "questions_per_s": round(qps, 2)}))
 

@@ -274,7 +274,7 @@ def evaluate(model_dir: str, data: str, task: Optional[str] = None, out: Optiona
     examples = spec.read(data)
     _need_labels(examples, spec, data)
     examples = _known_labels_only(examples, spec, builder.labels, data)
-    names = builder.label_names(builder.predict(model, builder.build(examples), batch_size))
+    names = builder.label_names(builder.predict(model, builder.build(examples), batch_size, progress=True))
     metrics = score(spec, names, gold(examples, spec))
     result = {"task": spec.name, "data": data, "n": len(examples), "metric": spec.headline,
               "value": metrics[spec.headline], "metrics": metrics}
@@ -293,7 +293,8 @@ def predict(model_dir: str, data: str, out: str, task: Optional[str] = None,
     int8: run the model quantized (modeling/int8.py)."""
     model, spec, builder = _load_finetuned(model_dir, task, kg, max_length, int8)
     examples = spec.read(data)
-    names = builder.label_names(builder.predict(model, builder.build(examples, with_labels=False), batch_size))
+    names = builder.label_names(builder.predict(model, builder.build(examples, with_labels=False), batch_size,
+                                                progress=True))
     os.makedirs(out, exist_ok=True)
     if spec.suite == "glue":
         from ..data.glue import SUBMISSION_NAME
