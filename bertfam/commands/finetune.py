@@ -159,7 +159,9 @@ def _finetune(args) -> int:
     r = finetune(_task(args), args.model, args.train, args.dev, args.out, _options(args))
     if is_main_process():  # under torchrun every rank gets here with the same result
         _print_result(r)
-        print(f"{r['task']}: dev {r['metric']} = {r['value']:.2f} ({r['n_dev']} examples); model in {args.out}")
+        # bertfam's one convention: metrics x 100 (0-100), as the GLUE/CLUE leaderboards print them; said so
+        print(f"{r['task']}: dev {r['metric']} = {r['value']:.2f} on a 0-100 scale ({r['n_dev']} examples); "
+              f"model in {args.out}")
         print(r["written"])
     return 0
 

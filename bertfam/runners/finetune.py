@@ -32,6 +32,7 @@ from ..utils import atomic_write, atomic_write_text
 from .options import RunOptions
 
 log = logging.getLogger("bertfam")
+METRIC_SCALE = "0-100"  # every metric x 100 (evaluation/metrics.py), as the GLUE/CLUE leaderboards; results say so
 
 
 @dataclass
@@ -197,7 +198,8 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
     else:
         names = builder.label_names(builder.predict(model, dev_f, batch_size=2 * opts.train.batch_size))
         metrics = score(spec, names, gold(dev_ex, spec))
-    result = {"task": spec.name, "metric": spec.headline, "value": metrics[spec.headline], "metrics": metrics,
+    result = {"task": spec.name, "metric": spec.headline, "value": metrics[spec.headline], "scale": METRIC_SCALE,
+              "metrics": metrics,
               "n_train": len(train_ex), "n_dev": len(dev_ex), "dev": dev_note, "steps": summary["steps"],
               "train_seconds": round(summary["elapsed_s"], 1), "best_during_training": summary["best"]}
     info["runs"][-1].update(n_train=len(train_ex), n_dev=len(dev_ex), steps=summary["steps"],
@@ -277,7 +279,7 @@ def evaluate(model_dir: str, data: str, task: Optional[str] = None, out: Optiona
     names = builder.label_names(builder.predict(model, builder.build(examples), batch_size, progress=True))
     metrics = score(spec, names, gold(examples, spec))
     result = {"task": spec.name, "data": data, "n": len(examples), "metric": spec.headline,
-              "value": metrics[spec.headline], "metrics": metrics}
+              "value": metrics[spec.headline], "scale": METRIC_SCALE, "metrics": metrics}
     if out:
         os.makedirs(out, exist_ok=True)
         atomic_write_text(os.path.join(out, "eval_results.json"), json.dumps(result, indent=2, ensure_ascii=False))
