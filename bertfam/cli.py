@@ -18,10 +18,43 @@ COMMAND_MODULES = ["core", "pretrain", "finetune", "mrc", "distill", "kbert", "s
                    "multimodal"]
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """--help shows each option's default (as transformers' scripts do), unless its help names it already."""
+
+    def _get_help_string(self, action) -> str:
+        text = action.help or ""
+        d = action.default
+        if ("default" in text.lower() or not action.option_strings or d is None or d is argparse.SUPPRESS
+                or isinstance(d, bool) or action.nargs == 0):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """One line for a bad command line (the usage block would bury it): `bertfam finetune: error: argument
+    --max-steps: ... (bertfam finetune --help lists the options)`, exit code 2; defaults in --help."""
+
+    def __init__(self, *args, **kw):
+        kw.setdefault("formatter_class", DefaultsFormatter)
+        super().__init__(*args, **kw)
+
+    def add_argument(self, *args, **kw):
+        if "help" not in kw and kw.get("default") not in (None, argparse.SUPPRESS) and args and str(args[0]).startswith("-"):
+            kw["help"] = "(default: %(default)s)"  # an option without help still shows its default
+        action = super().add_argument(*args, **kw)
+        return action
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bertfam", description="BERT and its family on one encoder.")
+    from . import __version__
+
+    p = Parser(prog="bertfam", description="BERT and its family on one encoder.")
     p.add_argument("-v", "--verbose", action="store_true", help="log more detail")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    p.add_argument("--version", action="version", version=f"bertfam {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for name in COMMAND_MODULES:  # a listed module that fails to import is a bug: let the ImportError through
         importlib.import_module(f"bertfam.commands.{name}").register(sub)

@@ -23,6 +23,17 @@ FAMILIES = ("bert", "roberta", "albert", "ernie", "tinybert", "kbert", "visualbe
 HEAD_TASKS = ("mlm", "pretraining", "classification", "regression", "token", "span")  # head.task values (or None)
 ENCODER = "encoder"  # the task `from_pretrained` / `export` name a bare backbone by (head.task None)
 LOAD_TASKS = (ENCODER,) + HEAD_TASKS
+# The one task vocabulary: the pipeline's and transformers' task names, read as the head that answers them,
+# wherever a task is named (`from_pretrained(task=...)`, `export --task`, `pipeline(task)`).
+TASK_ALIASES = {"ner": "token", "token-classification": "token", "text-classification": "classification",
+                "sentiment-analysis": "classification", "classify": "classification", "mrc": "span",
+                "question-answering": "span", "fill-mask": "mlm", "embed": ENCODER, "embeddings": ENCODER,
+                "feature-extraction": ENCODER}
+
+
+def head_task(task: Optional[str]) -> Optional[str]:
+    """The head task (a LOAD_TASKS value) a task name means: "ner" -> "token", "fill-mask" -> "mlm" ..."""
+    return TASK_ALIASES.get(task, task) if task is not None else None
 
 
 TRAINING_INFO_FILE = "training_info.json"  # beside config.json: provenance, never read to build or run a model

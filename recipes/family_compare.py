@@ -275,7 +275,7 @@ def pretrain(run: Runner, a, b: Budget, obj: str, files: dict) -> str:
     if os.path.isdir(os.path.join(out, "checkpoints")):
         run.bertfam("pretrain", "--resume", out, "--no-progress")
     else:
-        run.bertfam(*args, "--out", out)
+        run.bertfam(*args, "--out", out, "--overwrite-output-dir")  # a run stopped before its first checkpoint restarts
     return out
 
 
@@ -292,6 +292,7 @@ def finetune(run: Runner, b: Budget, files: dict, name: str, model: str, task: s
     train, dev = files[task]
     common = ["--max-steps", str(b.finetune_steps), "--lr", str(lr), "--seed", str(seed), "--warmup-ratio", "0.1",
               "--final-only", "--no-optimizer-state", "--out", out]
+    overwrite = ["--overwrite-output-dir"]  # a stopped --final-only run cannot be resumed: it starts again
     if task == "mrc":
         if done(os.path.join(out, "mrc_train_summary.json")):
             return
@@ -303,7 +304,8 @@ def finetune(run: Runner, b: Budget, files: dict, name: str, model: str, task: s
         return
     length = {"chnsenticorp": 128, "tnews": 64, "cluener": 64}[task]
     run.bertfam("finetune", "--task", task, "--model", model, "--train", train, "--dev", dev,
-                "--batch-size", str(b.finetune_batch), "--max-length", str(length), "--no-progress", *common)
+                "--batch-size", str(b.finetune_batch), "--max-length", str(length), "--no-progress", *common,
+                *overwrite)
 
 
 # ----------------------------------------------------------------------------- results

@@ -393,7 +393,7 @@ def test_pipeline_and_service_int8(dirs, int8_calls):
     from bertfam.serving.service import Service
 
     clf = bertfam.pipeline("classification", dirs["cls"], int8=True)
-    assert is_int8(clf.model) and clf("今天天气很好")["label"] in ("0", "1") and int8_calls
+    assert is_int8(clf.model) and clf("今天天气很好")[0]["label"] in ("0", "1") and int8_calls
     assert not is_int8(bertfam.pipeline("classification", dirs["cls"]).model)
     service = Service.from_dirs([dirs["span"], dirs["cls"]], int8=True)
     try:

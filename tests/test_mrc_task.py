@@ -157,7 +157,14 @@ def test_cli_train_predict_evaluate_ensemble_compare_ask(tmp_path, capsys):
                "--out", out, "--max-steps", "3", "--batch-size", "8", "--max-length", "96", "--doc-stride", "24",
                "--tune-threshold", "--eval-limit", "4"])
     assert rc == 0
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
+    table = captured.out.strip().splitlines()  # one table of named scores, not a JSON blob with two F1s
+    assert table[0].startswith("mrc train: 3 steps, 12 questions") and table[1].split() == [
+        "dev", "scores", "(x", "100)", "questions", "F1", "EM"], table
+    names = ("last evaluation (step 3), default thresholds ", "before tuning, default thresholds ",
+             "tuned thresholds (null ")
+    assert len(table) == 5 and all(r.startswith(n) for r, n in zip(table[2:], names)), table
     assert "cmrc2018_trial_cut.json: 6/6 questions kept" in err and "9 repaired by search" in err
     cfg = json.load(open(os.path.join(out, "config.json")))
     mrc = cfg["head"]["mrc"]

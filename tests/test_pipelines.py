@@ -48,7 +48,7 @@ def test_wrong_task_head_or_option_is_one_clear_error(dirs):
 
 def test_classification_single_list_pairs_and_batching(dirs):
     clf = pipeline(model=dirs["classification"], batch_size=2)
-    one = clf(TEXTS[0])
+    [one] = clf(TEXTS[0])  # a bare string: a list of one result, as transformers gives
     assert set(one) == {"label", "score", "probabilities", "truncated"} and one["label"] in CLS_LABELS
     assert abs(sum(one["probabilities"].values()) - 1) < 1e-5 and one["score"] == max(one["probabilities"].values())
     many = clf(TEXTS)  # 3 model calls of at most 2 items
@@ -59,14 +59,14 @@ def test_classification_single_list_pairs_and_batching(dirs):
     assert many[0]["score"] == pytest.approx(one["score"], abs=1e-5)
     pair = clf(("今天天气很好", "今天是晴天"))
     assert pair == clf({"text": "今天天气很好", "text_pair": "今天是晴天"})
-    assert pair["score"] != pytest.approx(clf("今天天气很好")["score"], abs=1e-7)  # the pair is read as a pair
+    assert pair["score"] != pytest.approx(clf("今天天气很好")[0]["score"], abs=1e-7)  # the pair is read as a pair
 
 
 def test_labels_with_readable_names_come_back_by_name(dirs, tmp_path):
     model = bertfam.from_pretrained(dirs["classification"])
     model.config.head.labels = ["104", "108"]
     model.config.head.label_descriptions = {"104": "news_finance", "108": "news_edu"}
-    res = pipeline(model=model)("股市今天大跌")
+    [res] = pipeline(model=model)("股市今天大跌")
     assert res["label"] in ("news_finance", "news_edu") and res["code"] == {"news_finance": "104",
                                                                          "news_edu": "108"}[res["label"]]
     assert set(res["probabilities"]) == {"news_finance", "news_edu"}
@@ -88,23 +88,25 @@ def test_finetune_keeps_tnews_label_descriptions(tmp_path):
     model = bertfam.from_pretrained(str(tmp_path / "tn"))
     descs = model.config.head.label_descriptions
     assert descs and all(k.isdigit() and v.startswith("news_") for k, v in descs.items())
-    res = pipeline(model=model)("上课时学生手机响个不停")
+    [res] = pipeline(model=model)("上课时学生手机响个不停")
     assert res["label"].startswith("news_") and res["code"].isdigit() and descs[res["code"]] == res["label"]
 
 
 def test_ner_fill_mask_embed_and_mrc(dirs):
     ents = pipeline(model=dirs["token"])(TEXTS[:2])
-    assert len(ents) == 2 and all(isinstance(e["entities"], list) for e in ents)
-    for e in ents[0]["entities"] + ents[1]["entities"]:
-        assert e["type"] in {"PER", "LOC"} and e["end"] > e["start"]
+    assert len(ents) == 2 and all(isinstance(e, list) for e in ents)
+    for e in ents[0] + ents[1]:
+        assert e["entity_group"] in {"PER", "LOC"} and e["end"] > e["start"]
+        assert e["word"] == TEXTS[:2][0 if e in ents[0] else 1][e["start"]:e["end"]]
     fm = pipeline(model=dirs["mlm"])("北京是中国的[MASK]都。", top_k=3)
-    assert len(fm["predictions"]) == 1 and len(fm["predictions"][0]) == 3
+    assert len(fm) == 3 and all(c["sequence"] == f"北京是中国的{c['token_str'].removeprefix('##')}都。" for c in fm)
     vec = pipeline("embed", dirs["mlm"])(["今天天气很好", "今天"], normalize=True)
     assert len(vec) == 2 and sum(x * x for x in vec[0]["vector"]) == pytest.approx(1.0, abs=1e-5)
     qa = pipeline(model=dirs["span"])
     a = qa({"question": "中国的首都是哪里？", "context": "北京是中华人民共和国的首都。"})  # SQuAD's field name
     b = qa({"question": "中国的首都是哪里？", "passage": "北京是中华人民共和国的首都。"})
     assert a == b and set(a) == {"answer", "start", "end", "score", "answerable"}
+    assert qa(question="中国的首都是哪里？", context="北京是中华人民共和国的首都。") == a  # transformers' call form
 
 
 def test_bad_items_name_the_field(dirs):
@@ -131,7 +133,7 @@ def test_serve_answers_through_the_same_pipelines(dirs):
         route = svc.routes["classify"]
         assert isinstance(route.predictor, ClassificationPipeline)
         assert isinstance(svc.routes["mrc"].predictor, MRCPipeline)
-        direct = pipeline(model=dirs["classification"])(TEXTS[3])
+        [direct] = pipeline(model=dirs["classification"])(TEXTS[3])
         served = route.predictor.predict_batch([{"text": TEXTS[3], "text_pair": None}])[0]
         assert served["label"] == direct["label"] and served["score"] == pytest.approx(direct["score"], abs=1e-6)
     finally:

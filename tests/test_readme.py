@@ -53,3 +53,38 @@ def test_kbert_show_example_injects_as_documented(tmp_path, capsys, zh_vocab):
     out = capsys.readouterr().out
     assert "'injected_entities': 2" in out
     assert out.split("\n", 1)[1] == shown.split("\n", 1)[1]  # all but the graph's size line
+
+
+def test_readme_pipeline_snippet_runs(tmp_path):
+    """The README's pipeline block as written, its run directories pointed at tiny random models of the same
+    heads (a fresh clone has none of them); every call's result has the shape its comment shows."""
+    from .serving_helpers import make_tiny_models
+
+    d = make_tiny_models(str(tmp_path))
+    blocks = re.findall(r"```python\n(.*?)```", _read("README.md"), re.S)
+    [code] = [b for b in blocks if b.startswith("from bertfam import pipeline")]
+    for path, tiny in (("runs/tnews", d["classification"]), ("runs/cluener", d["token"]), ("runs/mlm", d["mlm"]),
+                       ("runs/any", d["mlm"]), ("models/mrc-zh-e5small-l6", d["span"])):
+        assert f'"{path}"' in code, path
+        code = code.replace(f'"{path}"', repr(tiny))
+    # each line's value kept, to check the shapes the comments promise
+    lines = code.strip().splitlines()
+    ns: dict = {}
+    values = []
+    for line in lines:
+        stmt = line.split("  #")[0].rstrip()
+        if not stmt:
+            continue
+        if stmt.startswith(("from ", "import ")) or "=" in stmt.split("(")[0]:
+            exec(compile(stmt, "README.md", "exec"), ns)
+        else:
+            values.append(eval(compile(stmt, "README.md", "eval"), ns))
+    batch, one, top3, pair, ents, fills, answer, vecs = values
+    assert len(batch) == 2 and {"label", "score"} <= set(batch[0])
+    assert isinstance(one, list) and len(one) == 1 and {"label", "score"} <= set(one[0])
+    assert len(top3) == 2 and all(set(r) == {"label", "score"} for r in top3)  # the tiny model has 2 labels
+    assert isinstance(pair, dict) and "label" in pair
+    assert all(set(e) == {"entity_group", "score", "word", "start", "end"} for e in ents)
+    assert len(fills) == 3 and all(set(c) == {"score", "token", "token_str", "sequence"} for c in fills)
+    assert set(answer) == {"score", "start", "end", "answer", "answerable"}
+    assert len(vecs) == 1 and set(vecs[0]) == {"vector", "truncated"}

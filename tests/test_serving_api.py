@@ -95,12 +95,14 @@ def test_docs_and_openapi_describe_every_endpoint(client):
     assert many["type"] == "array" and many["maxItems"] == LIMITS["max_texts"]
     assert resolve(one)["properties"]["passage"]["maxLength"] == LIMITS["max_passage_chars"]
     embed = resolve(paths["/v1/embed"]["post"]["requestBody"]["content"]["application/json"]["schema"])
-    assert embed["properties"]["texts"]["maxItems"] == LIMITS["max_texts"]
+    texts = embed["properties"]["texts"]  # optional (one text may come as `text`): a list or null
+    [array] = [t for t in texts.get("anyOf", [texts]) if t.get("type") == "array"]
+    assert array["maxItems"] == LIMITS["max_texts"] and "text" in embed["properties"]
     # the blank rule is in the schema: every text field needs one character that is not blank
     from bertfam.tasks.blank import NOT_BLANK
 
     assert resolve(one)["properties"]["question"]["pattern"] == NOT_BLANK
-    assert embed["properties"]["texts"]["items"]["pattern"] == NOT_BLANK
+    assert array["items"]["pattern"] == NOT_BLANK
     # a list body gets a list back, and the 200 schema says so
     ok = paths["/v1/mrc"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
     kinds = ok.get("anyOf") or ok.get("oneOf")
@@ -205,6 +207,13 @@ def test_fill_mask_top_k_per_mask(client, service):
     assert r["predictions"][0][0]["token"] == tok.id_to_token(int(logits[pos].argmax()))
 
 
+def test_embed_takes_text_as_every_other_endpoint_does(client):
+    one = client.post("/v1/embed", json={"text": "北京"})
+    assert one.status_code == 200, one.text
+    assert one.json()["vectors"] == client.post("/v1/embed", json={"texts": ["北京"]}).json()["vectors"]
+    assert one.json()["truncated"] == [False]
+
+
 def test_embed_vectors_norms_pooling_and_batch_invariance(client):
     texts = ["今天天气很好", "今天天气很好", "明天会下雨吗？我们要不要带伞"]
     r = client.post("/v1/embed", json={"texts": texts}).json()
@@ -262,6 +271,9 @@ BAD = [
     ("embed", '{"texts": "a"}', 422, "texts"),
     ("embed", '{"texts": ["a"], "pooling": "max"}', 422, "pooling"),
     ("embed", '[{"texts": ["a"]}]', 422, "body"),
+    ("embed", '{}', 422, "texts"),
+    ("embed", '{"text": "a", "texts": ["b"]}', 422, "text"),
+    ("embed", '{"text": ["a"]}', 422, "text"),
 ]
 
 

@@ -124,3 +124,23 @@ def test_tokenizer_errors(tmp_path):
     (tmp_path / "vocab.txt").write_text("a\nb\n")
     with pytest.raises(TokenizerError, match=r"\[UNK\]"):
         Tokenizer.from_pretrained(str(tmp_path))
+
+
+def test_len_decode_batch_decode_and_return_tensors_as_transformers(toks):
+    import numpy as np
+    import torch
+
+    ours, hf = toks
+    assert len(ours) == len(hf) == ours.vocab_size
+    enc = ours(TEXTS[:4])  # default: padded torch tensors, what the model takes
+    assert isinstance(enc["input_ids"], torch.Tensor) and enc["input_ids"].shape[0] == 4
+    texts = ours.batch_decode(enc["input_ids"])  # padding and [CLS]/[SEP] skipped
+    assert texts == hf.batch_decode(enc["input_ids"].tolist(), skip_special_tokens=True)
+    assert ours.decode(enc["input_ids"][1]) == texts[1] and "[PAD]" not in texts[2]
+    assert ours.batch_decode(enc["input_ids"], skip_special_tokens=False) == hf.batch_decode(enc["input_ids"])
+    # return_tensors=None and padding=False: transformers' default output, lists of unequal length
+    lists = ours(TEXTS[:3], return_tensors=None, padding=False)
+    assert lists["input_ids"] == hf(TEXTS[:3])["input_ids"]
+    assert isinstance(ours(TEXTS[:2], return_tensors="np")["input_ids"], np.ndarray)
+    with pytest.raises(ValueError, match="return_tensors must be 'pt', 'np' or None, got 'tf'"):
+        ours("好", return_tensors="tf")

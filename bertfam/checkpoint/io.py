@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from ..config import ENCODER, LOAD_TASKS, HeadConfig, ModelConfig, preset, read_json, with_training_info
+from ..config import ENCODER, LOAD_TASKS, TASK_ALIASES, HeadConfig, head_task, ModelConfig, preset, read_json, with_training_info
 from ..convert.hf import config_from_hf
 from ..errors import CheckpointError, ConfigError, TokenizerError
 from ..tokenization import Tokenizer
@@ -97,8 +97,10 @@ def resolve_config(spec: str, **overrides) -> ModelConfig:
 def with_task(cfg: ModelConfig, task: Optional[str], head_kwargs: dict) -> tuple[ModelConfig, bool]:
     """Config with the requested head (None keeps the saved one, "encoder" drops it, another task gets a new
     one; head_kwargs replace head fields). Returns (config, head_is_new)."""
+    task = head_task(task)
     if task is not None and task not in LOAD_TASKS:
-        raise ConfigError(f"unknown task {task!r}; valid tasks: {', '.join(LOAD_TASKS)}")
+        raise ConfigError(f"unknown task {task!r}; valid tasks: {', '.join(LOAD_TASKS)} "
+                          f"(or the pipeline names {', '.join(TASK_ALIASES)})")
     head = cfg.head
     new = False
     if task == ENCODER:
@@ -177,7 +179,10 @@ def load_state(model, sd: dict, source: str, allow_missing_head: bool, seed: int
     if missing:
         if not allow_missing_head:
             raise CheckpointError(f"{source}: missing head weight {missing[0]}{_int8_hint(missing[0], sd)}")
-        log.info("%s: new %s head initialised randomly (%d tensors)", source, model.task, len(missing))
+        # as transformers does: name the new weights, so that an untrained head is not mistaken for a trained one
+        log.warning("%s: %d %s head weight(s) not in the checkpoint, newly initialised: %s; train the model "
+                    "before trusting its predictions", source, len(missing), model.task,
+                    ", ".join(missing[:6]) + (", ..." if len(missing) > 6 else ""))
     unexpected = [k for k in sd if k not in own]
     if unexpected:
         log.info("%s: %d weight(s) not used by the %s head, e.g. %s", source, len(unexpected), model.task,

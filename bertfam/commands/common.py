@@ -228,6 +228,12 @@ class RunConfig:
         self.required = [a for a in self.actions.values() if a.required]
         self.groups = [(g, g.required) for g in parser._mutually_exclusive_groups]
         for a in self.actions.values():
+            d = a.default
+            if a.help and "%(default)s" in a.help:  # the default is about to become SUPPRESS: write it in now
+                a.help = a.help.replace("%(default)s", str(d).replace("%", "%%"))
+            if (d is not None and d is not argparse.SUPPRESS and not isinstance(d, bool) and a.nargs != 0
+                    and "default" not in (a.help or "").lower()):  # --help still shows the real default
+                a.help = (a.help + " " if a.help else "") + f"(default: {str(d).replace('%', '%%')})"
             a.default = argparse.SUPPRESS
             if a.required:
                 a.required = False

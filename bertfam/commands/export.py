@@ -1,7 +1,7 @@
 """`bertfam export --onnx DIR OUT.onnx [--int8]`."""
 from __future__ import annotations
 
-from ..config import LOAD_TASKS
+from ..config import LOAD_TASKS, TASK_ALIASES
 from .common import non_negative_float, positive_int
 
 
@@ -9,8 +9,9 @@ def register(sub) -> None:
     p = sub.add_parser("export", help="export a model directory to ONNX (dynamic batch and length axes)")
     p.add_argument("--onnx", nargs=2, metavar=("DIR", "OUT.onnx"), required=True,
                    help="model directory (bertfam or Hugging Face) and the .onnx file to write")
-    p.add_argument("--task", choices=LOAD_TASKS, default=None,
-                   help="head to export (default: the checkpoint's own head; encoder: the bare backbone)")
+    p.add_argument("--task", choices=LOAD_TASKS + tuple(TASK_ALIASES), default=None, metavar="TASK",
+                   help=f"head to export: {', '.join(LOAD_TASKS)}, or a pipeline name ({', '.join(TASK_ALIASES)}) "
+                        "(default: the checkpoint's own head; encoder: the bare backbone)")
     p.add_argument("--opset", type=positive_int, default=None, help="ONNX opset (default: the exporter's)")
     p.add_argument("--atol", type=non_negative_float, default=1e-4,
                    help="largest |onnxruntime - PyTorch| accepted by the check after export (default 1e-4)")

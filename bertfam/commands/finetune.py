@@ -29,8 +29,15 @@ def _train_args(p) -> None:
                    help="stop after N evaluations without dev improvement")
     p.add_argument("--eval-every", type=non_negative_int, default=0,
                    help="optimizer steps between dev evaluations (0: per epoch)")
+    p.add_argument("--log-every", type=positive_int, default=10,
+                   help="optimizer steps between loss lines (metrics.jsonl, and the console without a terminal)")
     p.add_argument("--no-group-by-length", dest="group_by_length", action="store_false", help="plain shuffled batches")
     p.add_argument("--max-train", type=positive_int, default=None, help="random subset of this many training examples")
+    p.add_argument("--max-eval", type=positive_int, default=None,
+                   help="random subset of this many dev examples (default: all of --dev; a split carved from a "
+                        "--max-train subset is --dev-ratio of it)")
+    p.add_argument("--overwrite-output-dir", action="store_true",
+                   help="replace the run in a non-empty --out (without it, or --resume, such an --out is refused)")
     p.add_argument("--dev-ratio", type=open_fraction, default=0.1, help="dev split carved from train when no --dev")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
     p.add_argument("--freeze-word-embeddings", action="store_true",
@@ -126,6 +133,7 @@ def _options(args):
     from ..runners.finetune import FinetuneOptions
 
     return FinetuneOptions(max_length=args.max_length, dev_ratio=args.dev_ratio, max_train=args.max_train,
+                           max_eval=args.max_eval, overwrite_output_dir=args.overwrite_output_dir,
                            freeze_word_embeddings=args.freeze_word_embeddings,
                            freeze_layers=args.freeze_layers, classifier_pooling=args.classifier_pooling,
                            kg=_csv(getattr(args, "kg", None)),
@@ -150,7 +158,7 @@ def _task(args):
 
 
 def _print_result(r: dict) -> None:
-    print(json.dumps({k: v for k, v in r.items() if k != "history"}, indent=2, ensure_ascii=False))
+    print(json.dumps({k: v for k, v in r.items() if k not in ("history", "written")}, indent=2, ensure_ascii=False))
 
 
 def _finetune(args) -> int:
@@ -161,7 +169,10 @@ def _finetune(args) -> int:
     r = finetune(_task(args), args.model, args.train, args.dev, args.out, _options(args))
     if is_main_process():  # under torchrun every rank gets here with the same result
         _print_result(r)
-        print(f"{r['task']}: dev {r['metric']} = {r['value']:.2f} ({r['n_dev']} examples); model in {args.out}")
+        # bertfam's one convention: metrics x 100 (0-100), as the GLUE/CLUE leaderboards print them; said so
+        print(f"{r['task']}: dev {r['metric']} = {r['value']:.2f} on a 0-100 scale ({r['n_dev']} examples); "
+              f"model in {args.out}")
+        print(r["written"])
     return 0
 
 

@@ -190,8 +190,30 @@ def _train(args) -> int:
     atomic_write_text(os.path.join(args.out, "mrc_train_summary.json"),
                       json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n")
     if is_main_process():
-        print(json.dumps({k: v for k, v in summary.items() if k != "sources"}, ensure_ascii=False, default=str))
+        print(summary_table(summary, args.out))
     return 0
+
+
+def summary_table(summary: dict, out: str) -> str:
+    """The end of `mrc train`: one table of named dev scores (official DuReader F1/EM, x 100), each row saying
+    on which questions and with which thresholds (mrc_train_summary.json holds everything)."""
+    rows = []
+    ev = summary.get("last_eval")
+    if ev:
+        rows.append((f"last evaluation (step {ev['step']}), default thresholds", ev["questions"], ev["f1"], ev["em"]))
+    t = summary.get("thresholds")
+    if t:
+        rows.append(("before tuning, default thresholds", t["dev_questions"], t["dev_f1_before"], t["dev_em_before"]))
+        rows.append((f"tuned thresholds (null {t['null_threshold']:.4g}, P(answerable) "
+                     f"{t['answerable_threshold']:.4g})", t["dev_questions"], t["dev_f1"], t["dev_em"]))
+    head = (f"mrc train: {summary.get('steps')} steps, {summary.get('train_questions')} questions "
+            f"({summary.get('train_windows')} windows); model in {out}")
+    if not rows:
+        return head + " (no dev questions: no scores)"
+    w = max(len(r[0]) for r in rows)
+    lines = [head, f"{'dev scores (x 100)':<{w}}  {'questions':>9}  {'F1':>6}  {'EM':>6}"]
+    lines += [f"{name:<{w}}  {n:>9}  {f1:>6.2f}  {em:>6.2f}" for name, n, f1, em in rows]
+    return "\n".join(lines)
 
 
 def _resume_path(resume):
@@ -217,7 +239,7 @@ def _predict_file(predictor, args) -> None:
 
     examples, rep = read_mrc(args.data, mode="predict")
     _print_reports([rep])
-    preds, nbest, qps = predict_examples(predictor, examples, args.no_answer_text)
+    preds, nbest, qps = predict_examples(predictor, examples, args.no_answer_text, progress=True)
     _write_predictions(preds, nbest, args.out, args.nbest_out)
     print(json.dumps({"questions": len(preds), "questions_per_s": round(qps, 2)}))
 
@@ -264,7 +286,12 @@ def _evaluate(args) -> int:
 
 def _ask(args) -> int:
     check_window(args)  # before any model or file is loaded
+    from ..errors import ConfigError
     from ..tasks.mrc import load_predictor
+
+    for flag in ("question", "passage"):  # a blank one has no answer to find: 无答案 with score 1.0 would mislead
+        if not (getattr(args, flag) or "").strip():
+            raise ConfigError(f"--{flag} is empty; give the {flag} to read")
 
     set_threads(args)
     pred = load_predictor([args.model], **_predictor_kw(args))

@@ -42,6 +42,8 @@ def register(sub) -> None:
     p.add_argument("--init", default=S, help="continue pre-training from this checkpoint")
     p.add_argument("--resume", default=S, help="resume an interrupted run (its directory or a checkpoint); a run "
                    "that already finished is left unchanged (exit code 0, one line saying so)")
+    p.add_argument("--overwrite-output-dir", action="store_true", default=S,
+                   help="replace the run in a non-empty --out (without it, or --resume, such an --out is refused)")
     # 0 is meaningful for some: no warm-up, no clipping, checkpoint / evaluate at the end only, keep all
     for name, typ in (("epochs", positive_float), ("max-steps", positive_int), ("batch-size", positive_int),
                       ("lr", positive_float), ("weight-decay", non_negative_float), ("warmup-ratio", probability),
@@ -141,6 +143,8 @@ def _pretrain(args) -> int:
         return 0
     print(f"pre-trained {s['steps']} steps ({s['train_instances']} instances, {s['tokens_per_s']:.0f} tokens/s); "
           f"model in {pc.out}")
+    if s.get("written"):
+        print(s["written"])
     return 0
 
 

@@ -138,8 +138,21 @@ def _col(c: Optional[Column], names: Optional[list[str]], path: str, optional: b
     if c not in names:
         if optional:
             return None
+        other = _other_delimiter(names)
+        if other:  # a CSV (or ;-separated) file where a TSV is expected: its header reads as one column
+            raise DataError(f"{path}: expected a tab-separated file (TSV), but the header is separated by "
+                            f"{other!r} ({names[0][:80]}); save it with tabs, or give --format jsonl")
         raise DataError(f"{path}: no column {c!r} in the header (columns: {', '.join(names)})")
     return names.index(c)
+
+
+def _other_delimiter(names: list[str]) -> Optional[str]:
+    """The delimiter of a one-column header that is really several columns (',', ';' or '|'), else None."""
+    if len(names) != 1:
+        return None
+    counts = {d: names[0].count(d) for d in (",", ";", "|")}
+    best = max(counts, key=counts.get)
+    return best if counts[best] else None
 
 
 def _row_example(row, idx_text, idx_label, idx_guid, label_set, regression, source, report, line):

@@ -110,7 +110,7 @@ def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None, int8: 
             else ", int8" if is_int8(model) else "")
     demo, hand = demo_examples()
     demo = demo[:limit] if limit else demo
-    preds, nbest, qps = predict_examples(predictor, hand + demo)
+    preds, nbest, qps = predict_examples(predictor, hand + demo, progress=True)
     refs = OrderedDict((ex.qid, Reference(ex.answer_texts, ex.is_impossible, ex.qtype)) for ex in demo)
     n = model.num_parameters()["total"]
     print(f"model: {model_dir}\n  {model.config.family}, {model.config.num_hidden_layers} layers, hidden "

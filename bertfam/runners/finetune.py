@@ -32,6 +32,7 @@ from ..utils import atomic_write, atomic_write_text
 from .options import RunOptions
 
 log = logging.getLogger("bertfam")
+METRIC_SCALE = "0-100"  # every metric x 100 (evaluation/metrics.py), as the GLUE/CLUE leaderboards; results say so
 
 
 @dataclass
@@ -46,6 +47,9 @@ class FinetuneOptions(RunOptions):
     max_length: int = FinetuneSettings.max_length
     dev_ratio: float = 0.1  # carved from train when no dev file is given
     max_train: Optional[int] = None  # use a random subset of this many training examples
+    # dev examples evaluated (a random subset); default: a dev split carved from a --max-train subset stays in
+    # proportion to it (dev_ratio of max_train), so that evaluating does not outweigh training
+    max_eval: Optional[int] = None
     freeze_word_embeddings: bool = False  # e.g. a 250k-row multilingual vocabulary: skip its gradients
     # the embeddings and the first N (distinct) encoder layers are not trained: a small task set (a few hundred
     # pairs) moves only the top of a pretrained encoder, backward stops at layer N (faster), and the trained
@@ -56,6 +60,7 @@ class FinetuneOptions(RunOptions):
     classifier_pooling: Optional[str] = None
     kg: Optional[Sequence[str]] = None  # K-BERT knowledge graph files (.spo)
     resume: bool = False  # continue from the latest checkpoint under out/checkpoints
+    overwrite_output_dir: bool = False  # replace the run in a non-empty out (else refused: training/rundir.py)
     # the trainer's fields (its seed also draws the dev split, the training subset and a new head);
     # train.checkpoints False: no out/checkpoints, the final model (+ best/) only
     train: TrainConfig = field(default_factory=lambda: FinetuneOptions.default_train())
@@ -134,9 +139,14 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
              opts: Optional[FinetuneOptions] = None, **kw) -> dict:
     """Fine-tune `model_dir` on `train`, select on `dev` (or a split carved from train), save to `out`.
     Without `opts`, the keyword arguments are its fields, flat (epochs=3, max_length=64: `from_dict`)."""
+    from ..training.distributed import is_main_process
+    from ..training.rundir import describe_run_dir, link_duplicate_weights, prepare_run_dir
+
     opts = opts or FinetuneOptions.from_dict(kw, source="finetune()")
     seed = opts.train.seed
     spec = resolve_task(task)
+    if is_main_process():  # one process decides (and, with overwrite, removes), before anything is written
+        prepare_run_dir(out, resume=opts.resume, overwrite=opts.overwrite_output_dir, source=model_dir)
     check_max_length(load_config(model_dir)[0], opts.max_length)  # as pretrain: refused, not clamped
     train_ex = spec.read(train)
     if dev:
@@ -147,6 +157,12 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
         dev_note = f"{int(opts.dev_ratio * 100)}% carved from {os.path.basename(train)} (seed {seed})"
     if opts.max_train and len(train_ex) > opts.max_train:
         train_ex = random.Random(seed).sample(train_ex, opts.max_train)
+    max_eval = opts.max_eval
+    if max_eval is None and opts.max_train and not dev:  # the carved split follows the subset's size
+        max_eval = max(1, int(round(opts.max_train * opts.dev_ratio)))
+    if max_eval and len(dev_ex) > max_eval:
+        dev_note += f", {max_eval} of its {len(dev_ex)} examples"
+        dev_ex = [dev_ex[i] for i in sorted(random.Random(seed + 1).sample(range(len(dev_ex)), max_eval))]
     _need_labels(train_ex, spec, train)
     _need_labels(dev_ex, spec, dev or train)
     labels = collect_labels(spec, train_ex)
@@ -161,6 +177,8 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
                "label_descriptions": label_descriptions(train_ex, labels)}
     if opts.classifier_pooling is not None:
         head_kw["classifier_pooling"] = opts.classifier_pooling
+    if opts.resume:
+        _check_resumable(out, spec, labels)
     model = from_pretrained(model_dir, task=spec.head, seed=seed, dequantize=True, **head_kw)
     if opts.freeze_word_embeddings:
         model.backbone.embeddings.word.weight.requires_grad_(False)
@@ -191,7 +209,8 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
     else:
         names = builder.label_names(builder.predict(model, dev_f, batch_size=2 * opts.train.batch_size))
         metrics = score(spec, names, gold(dev_ex, spec))
-    result = {"task": spec.name, "metric": spec.headline, "value": metrics[spec.headline], "metrics": metrics,
+    result = {"task": spec.name, "metric": spec.headline, "value": metrics[spec.headline], "scale": METRIC_SCALE,
+              "metrics": metrics,
               "n_train": len(train_ex), "n_dev": len(dev_ex), "dev": dev_note, "steps": summary["steps"],
               "train_seconds": round(summary["elapsed_s"], 1), "best_during_training": summary["best"]}
     info["runs"][-1].update(n_train=len(train_ex), n_dev=len(dev_ex), steps=summary["steps"],
@@ -200,6 +219,9 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
     model.save_pretrained(out)  # config.json + training_info.json (the run above)
     write_predictions(os.path.join(out, "dev_predictions"), spec, dev_ex, names)
     atomic_write_text(os.path.join(out, "eval_results.json"), json.dumps(result, indent=2, ensure_ascii=False))
+    if is_main_process():
+        link_duplicate_weights(out)  # best/ (and a last-step checkpoint) hold the model's bytes: links, not copies
+        result["written"] = describe_run_dir(out)
     return result
 
 
@@ -210,6 +232,20 @@ def freeze_bottom(model, n: int) -> None:
         raise ConfigError(f"freeze_layers={n}: the model has {len(layers)} distinct encoder layers")
     for module in [model.backbone.embeddings, *layers[:n]]:
         module.requires_grad_(False)
+def _check_resumable(out: str, spec: TaskSpec, labels: list) -> None:
+    """--resume into a run of another task, or of other labels, would fail on the head's shapes deep in
+    loading: say what the directory holds instead."""
+    from ..training.trainer import latest_checkpoint
+
+    ckpt = latest_checkpoint(out)  # CheckpointError naming the directory when it holds none
+    cfg = load_config(ckpt)[0]
+    ft = cfg.head.finetune
+    if ft is not None and ft.task != spec.name:
+        raise ConfigError(f"--resume: {out} holds a {ft.task} run, not {spec.name}; give --task {ft.task} "
+                          "or another --out")
+    if cfg.head.labels and list(cfg.head.labels) != list(labels):
+        raise ConfigError(f"--resume: {out} was trained on the labels {list(cfg.head.labels)[:6]}, this "
+                          f"training file has {list(labels)[:6]}; give another --out")
 
 
 def label_descriptions(examples: list, labels: list) -> dict:
@@ -258,10 +294,10 @@ def evaluate(model_dir: str, data: str, task: Optional[str] = None, out: Optiona
     examples = spec.read(data)
     _need_labels(examples, spec, data)
     examples = _known_labels_only(examples, spec, builder.labels, data)
-    names = builder.label_names(builder.predict(model, builder.build(examples), batch_size))
+    names = builder.label_names(builder.predict(model, builder.build(examples), batch_size, progress=True))
     metrics = score(spec, names, gold(examples, spec))
     result = {"task": spec.name, "data": data, "n": len(examples), "metric": spec.headline,
-              "value": metrics[spec.headline], "metrics": metrics}
+              "value": metrics[spec.headline], "scale": METRIC_SCALE, "metrics": metrics}
     if out:
         os.makedirs(out, exist_ok=True)
         atomic_write_text(os.path.join(out, "eval_results.json"), json.dumps(result, indent=2, ensure_ascii=False))
@@ -277,7 +313,8 @@ def predict(model_dir: str, data: str, out: str, task: Optional[str] = None,
     int8: run the model quantized (modeling/int8.py)."""
     model, spec, builder = _load_finetuned(model_dir, task, kg, max_length, int8)
     examples = spec.read(data)
-    names = builder.label_names(builder.predict(model, builder.build(examples, with_labels=False), batch_size))
+    names = builder.label_names(builder.predict(model, builder.build(examples, with_labels=False), batch_size,
+                                                progress=True))
     os.makedirs(out, exist_ok=True)
     if spec.suite == "glue":
         from ..data.glue import SUBMISSION_NAME

@@ -51,6 +51,7 @@ class PretrainConfig(RunOptions):
     vocab: Optional[str] = None  # vocab.txt or tokenizer directory (default: the init checkpoint's)
     init: Optional[str] = None  # continue pre-training this checkpoint
     resume: Optional[str] = None  # resume an interrupted run (out dir or checkpoint dir)
+    overwrite_output_dir: bool = False  # replace the run in a non-empty out (else refused: training/rundir.py)
     max_seq_len: int = 128
     short_seq_prob: float = 0.1
     mask_rate: float = 0.15
@@ -197,6 +198,11 @@ def load_data(pc: PretrainConfig, tokenizer, masker):
 # ---------------------------------------------------------------- run
 def run_pretraining(pc: PretrainConfig, callbacks: Sequence[TrainerCallback] = ()) -> dict:
     """Pre-train as `pc` says; `callbacks` (bertfam.training.TrainerCallback) observe the training loop."""
+    from ..training.distributed import is_main_process
+    from ..training.rundir import describe_run_dir, link_duplicate_weights, prepare_run_dir
+
+    if is_main_process():  # first: a --resume of a directory that is not there is "not found", not "give --vocab"
+        prepare_run_dir(pc.out, resume=pc.resume, overwrite=pc.overwrite_output_dir, source=pc.init)
     masking, pair = pc.resolved()
     tokenizer = load_tokenizer(pc)
     model = build_pretraining_model(pc, tokenizer)
@@ -210,6 +216,9 @@ def run_pretraining(pc: PretrainConfig, callbacks: Sequence[TrainerCallback] = (
              len(train), f"{model.num_parameters()['total']:,}")
     summary = trainer.train(resume_from=pc.resume)  # summary["already_complete"]: a finished run, left as it was
     summary.update(train_instances=len(train), eval_instances=len(held) if held is not None else 0)
+    if is_main_process() and not summary.get("already_complete"):
+        link_duplicate_weights(pc.out)  # the last checkpoint's weights are the final model's: one file
+        summary["written"] = describe_run_dir(pc.out)
     return summary
 
 

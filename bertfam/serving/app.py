@@ -109,7 +109,10 @@ class FillMaskResult(BaseModel):
 
 
 class EmbedBody(_Strict):
-    texts: list[Annotated[str, Field(**_FILLED)]] = Field(min_length=1, examples=[["今天天气很好", "今天是晴天"]])
+    # `text` (one string) is the name every other endpoint uses; `texts` the list; give one of them
+    texts: Optional[list[Annotated[str, Field(**_FILLED)]]] = Field(None, min_length=1,
+                                                                   examples=[["今天天气很好", "今天是晴天"]])
+    text: Optional[Annotated[str, Field(**_FILLED)]] = Field(None, description="one text (instead of texts)")
     pooling: Literal["mean", "cls"] = "mean"
     normalize: bool = True
 
@@ -167,8 +170,8 @@ def request_types(lim: Limits) -> RequestTypes:
 
     texts = EmbedBody.model_fields["texts"]
     embed = _limited(EmbedBody, lim.max_passage_chars,
-                     texts=(list[Annotated[str, Field(**_FILLED)]],
-                            Field(min_length=1, max_length=lim.max_texts, examples=texts.examples)))
+                     texts=(Optional[list[Annotated[str, Field(**_FILLED)]]],
+                            Field(None, min_length=1, max_length=lim.max_texts, examples=texts.examples)))
     return RequestTypes({ep: one_or_many(item) for ep, (item, _) in ITEM_OF.items()}, embed)
 
 
@@ -503,8 +506,14 @@ def create_app(service: Service, access: Optional[Access] = None) -> FastAPI:
               include_in_schema="embed" in service.routes, responses={200: {"model": EmbedResult}, **errors})
     async def embed(request: Request, body: Annotated[types.embed, Body()],
                     route: Annotated[Route, Depends(_route_of(service, "embed"))]):
-        items = [{"text": t, "pooling": body.pooling, "normalize": body.normalize} for t in body.texts]
-        results = await _answer(request, route, items, "texts", lim)
+        if (body.texts is None) == (body.text is None):
+            field = "texts" if body.texts is None else "text"
+            raise ApiError(422, f"{field}: give texts (a list of strings) or text (one string)"
+                                + (", not both" if body.texts is not None else ""), field)
+        # an item's error names texts[i] in a list, text itself for one text (the pipeline's field name)
+        texts, prefix = (body.texts, "texts") if body.texts is not None else ([body.text], None)
+        items = [{"text": t, "pooling": body.pooling, "normalize": body.normalize} for t in texts]
+        results = await _answer(request, route, items, prefix, lim)
         return {"vectors": [r["vector"] for r in results], "dim": len(results[0]["vector"]),
                 "truncated": [r["truncated"] for r in results], "model": route.model_name}
 

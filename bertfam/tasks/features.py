@@ -186,21 +186,26 @@ class FeatureBuilder:
 
     # ------------------------------------------------------------------ inference
     @torch.no_grad()
-    def predict(self, model, feats: Sequence[dict], batch_size: int = 64) -> list:
+    def predict(self, model, feats: Sequence[dict], batch_size: int = 64, progress: bool = False) -> list:
         """Per example: class id / score / list of tag ids over the characters (no labels needed);
-        the windows of a long token-task example are merged back into one tag list."""
+        the windows of a long token-task example are merged back into one tag list. progress: a bar on a
+        terminal, else a line with rate and time left (bertfam.progress)."""
+        from ..progress import Progress
+
         device = next(model.parameters()).device
         was = model.training
         optimize_for_inference(model).eval()  # safe on a model still in training: grad mode runs plain
         order = sorted(range(len(feats)), key=lambda i: -feats[i]["length"])  # little padding
         out: list = [None] * len(feats)
-        for s in range(0, len(order), batch_size):
-            idx = order[s:s + batch_size]
-            batch = self.collate([dict(feats[i], labels=None) for i in idx])
-            batch = {k: v.to(device) for k, v in batch.items()}
-            logits = model(**batch).logits.float().cpu()
-            for k, i in enumerate(idx):
-                out[i] = self._decode_one(logits[k], feats[i])
+        with Progress(len(order), "predict", unit="inputs", enabled=progress) as bar:
+            for s in range(0, len(order), batch_size):
+                idx = order[s:s + batch_size]
+                batch = self.collate([dict(feats[i], labels=None) for i in idx])
+                batch = {k: v.to(device) for k, v in batch.items()}
+                logits = model(**batch).logits.float().cpu()
+                for k, i in enumerate(idx):
+                    out[i] = self._decode_one(logits[k], feats[i])
+                bar.update(len(idx))
         model.train(was)
         if self.spec.kind == "token" and feats and "example" in feats[0]:
             return self._merge_windows(feats, out)

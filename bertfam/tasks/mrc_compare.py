@@ -25,7 +25,7 @@ def compare_models(model_dirs: Sequence[str], names: Sequence[str], data_path: s
         runs.append(("ensemble", predictor_from_models(models, list(model_dirs), mode, **kw)))
     results = {}
     for name, pred in runs:
-        preds, _, qps = predict_examples(pred, examples)
+        preds, _, qps = predict_examples(pred, examples, progress=True)
         r = evaluate(refs, preds)
         r["questions_per_s"] = round(qps, 2)
         results[name] = r

@@ -1,7 +1,7 @@
 """`pipeline(task, model)`: one object per task that turns raw inputs into readable answers.
 
     from bertfam import pipeline
-    clf = pipeline("classification", "runs/tnews")
+    clf = pipeline("text-classification", "runs/tnews")
     clf(["他家的菜很好吃", "股市今天大跌"])  # -> [{"label": "news_food", "score": ..., ...}, ...]
 
 Tasks: classification (classification and regression heads), ner (token head), fill-mask (mlm and
@@ -10,9 +10,13 @@ pretraining heads), embed (any model's backbone), mrc (span head, through `tasks
 `batch_size` items per model call, and returns one result per input, in order. Labels come back by
 name, and by readable name where the training data had one (TNEWS "104" -> "news_finance").
 
-`bertfam serve` answers every request through these same objects (`check` per item before queueing,
-`predict_batch` per batch), so the Python API and the HTTP API cannot drift apart. An item the model
-cannot answer raises `InputError`, which names the field.
+Results from `__call__` have the shapes and keys of the transformers pipeline of the same task (a
+transformers user's code reads them unchanged); bertfam's extras (`truncated`, `probabilities`, `code`,
+`answerable`) are extra keys. `bertfam serve` answers every request through these same objects (`check`
+per item before queueing, `predict_batch` per batch, whose results the HTTP API returns as documented in
+docs/serving.md; `present` turns one of them into the transformers shape), so the model work of the
+Python API and the HTTP API cannot drift apart. An item the model cannot answer raises `InputError`,
+which names the field.
 """
 from __future__ import annotations
 
@@ -29,9 +33,11 @@ from .interrupt import check_interrupt
 # head task -> pipeline task that answers with it
 TASK_OF_HEAD = {"classification": "classification", "regression": "classification", "token": "ner",
                 "mlm": "fill-mask", "pretraining": "fill-mask", "span": "mrc"}
+# the one task vocabulary (config.TASK_ALIASES maps the same names to heads for from_pretrained)
 ALIASES = {"text-classification": "classification", "sentiment-analysis": "classification", "classify": "classification",
            "token-classification": "ner", "feature-extraction": "embed", "embeddings": "embed",
            "question-answering": "mrc"}
+NER_AGGREGATIONS = ("simple", "none")  # transformers' aggregation_strategy values this pipeline has
 
 
 class InputError(ValueError):
@@ -76,9 +82,14 @@ class Pipeline:
         self.tok = model.tokenizer
         self.window = window_of(model)
         self.batch_size = batch_size
+        self.default_options: dict = {}  # options given to pipeline() that apply to every call
 
-    def __call__(self, inputs: Union[str, dict, list], **options) -> Union[dict, list[dict]]:
-        """One input -> one result; a list -> a list of results. Options (e.g. top_k) apply to every item."""
+    def __call__(self, inputs: Any = None, **options) -> Any:
+        """One input -> one result; a list -> a list of results, each in the transformers pipeline's shape
+        (`present`). Options (e.g. top_k) apply to every item."""
+        options = {**self.default_options, **options}
+        if inputs is None:
+            inputs = self.keyword_inputs(options)
         single = not isinstance(inputs, list)
         items = [self.as_item(x, options) for x in ([inputs] if single else inputs)]
         for i, it in enumerate(items):
@@ -86,10 +97,28 @@ class Pipeline:
                 self.check(it)
             except InputError as e:
                 raise InputError(e.field if single else f"[{i}].{e.field}", e.message) from None
-        out: list[dict] = []
+        out: list = []
         for a in range(0, len(items), self.batch_size):
-            out += self.predict_batch(items[a:a + self.batch_size])
-        return out[0] if single else out
+            batch = items[a:a + self.batch_size]
+            out += [self.present(r, it) for r, it in zip(self.predict_batch(batch), batch)]
+        if single:
+            return self.present_single(out[0], inputs)
+        return out
+
+    def keyword_inputs(self, options: dict) -> Any:
+        """The input of a call without a positional one (`mrc(question=..., context=...)`), taken out of
+        options."""
+        if self.text_field in options:
+            return options.pop(self.text_field)
+        raise InputError("input", "give one input (a string, a dict or a list of them)")
+
+    def present(self, result: dict, item: dict) -> Any:
+        """A `predict_batch` result (the HTTP API's shape) in the transformers pipeline's shape."""
+        return result
+
+    def present_single(self, result: Any, inputs: Any) -> Any:
+        """The result of a call on one input (not a list): transformers wraps some in a list."""
+        return result
 
     def as_item(self, x: Any, options: dict) -> dict:
         if isinstance(x, str):
@@ -118,16 +147,39 @@ class Pipeline:
 
 class ClassificationPipeline(Pipeline):
     """{text, text_pair?} or (text, text_pair) -> {label, score, probabilities, truncated}, plus `code`
-    when the label has a readable name; regression: {score, truncated}. Long inputs are truncated."""
+    when the label has a readable name; regression: {score, truncated}. Long inputs are truncated.
+
+    As transformers' text-classification: a bare string gives a list of one result (`clf("...")[0]`), a
+    pair (dict or tuple) the result itself; top_k=k gives the k best labels per input as a list of
+    {label, score} (best first, `code` where the label has a readable name), top_k=None every label."""
 
     task = "classification"
+
+    def check(self, item: dict) -> None:
+        self._check_text(item)
+        k = item.get("top_k", 1)
+        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+            raise InputError("top_k", f"must be an integer >= 1 or None (every label), got {k!r}")
+
+    def present(self, result: dict, item: dict) -> Any:
+        if "top_k" not in item or "probabilities" not in result:  # no top_k asked, or a regression head
+            return result
+        readable = self.model.config.head.label_descriptions
+        code_of = {readable.get(c, c): c for c in _label_names(self.model)}
+        ranked = sorted(result["probabilities"].items(), key=lambda kv: -kv[1])
+        k = item["top_k"] if item["top_k"] is not None else len(ranked)
+        return [{"label": n, "score": p, **({"code": code_of[n]} if readable else {})} for n, p in ranked[:k]]
+
+    def present_single(self, result: Any, inputs: Any) -> Any:
+        # transformers: a bare string -> [result]; a pair -> result; top_k -> the list of labels as it is
+        return [result] if isinstance(inputs, str) and isinstance(result, dict) else result
 
     def as_item(self, x: Any, options: dict) -> dict:
         if isinstance(x, (tuple, list)) and len(x) == 2:
             x = {"text": x[0], "text_pair": x[1]}
         return super().as_item(x, options)
 
-    def check(self, item: dict) -> None:
+    def _check_text(self, item: dict) -> None:
         super().check(item)
         if item.get("text_pair") is not None:
             if not isinstance(item["text_pair"], str):
@@ -165,12 +217,28 @@ class ClassificationPipeline(Pipeline):
 
 
 class NERPipeline(Pipeline):
-    """{text} -> {entities: [{type, text, start, end (character offsets, end exclusive), score}]}.
+    """{text} -> {entities: [{type, text, start, end (character offsets, end exclusive), score}]} (the HTTP
+    API's shape); called, a list of transformers' token-classification entities per text:
+    aggregation_strategy="simple" (the default here: bertfam decodes BIO/BIOES spans) gives
+    [{entity_group, score, word, start, end}], "none" one {entity, score, index, word, start, end} per
+    token not tagged O (index: the token's position counting [CLS] as 0, as in one window).
 
     Texts longer than the window are split into overlapping windows; each token keeps the tag from the
     window where it has the most context on both sides (as BERT's SQuAD code does)."""
 
     task = "ner"
+
+    def check(self, item: dict) -> None:
+        super().check(item)
+        agg = item.get("aggregation_strategy", "simple")
+        if agg not in NER_AGGREGATIONS:
+            raise InputError("aggregation_strategy", f"must be one of {', '.join(NER_AGGREGATIONS)}, got {agg!r}")
+
+    def present(self, result: dict, item: dict) -> list[dict]:
+        if item.get("aggregation_strategy", "simple") == "none":
+            return result["tokens"]
+        return [{"entity_group": e["type"], "score": e["score"], "word": e["text"], "start": e["start"],
+                 "end": e["end"]} for e in result["entities"]]
 
     def predict_batch(self, items: list[dict]) -> list[dict]:
         texts = [it["text"] for it in items]
@@ -191,7 +259,15 @@ class NERPipeline(Pipeline):
                 if prev is None or context > prev[0]:
                     best[sample][span] = (context, int(tag_ids[w, t]), float(conf[w, t]))
         names = _label_names(self.model)
-        return [{"entities": self._entities(text, b, names)} for text, b in zip(texts, best)]
+        out = []
+        for it, text, b in zip(items, texts, best):
+            res = {"entities": self._entities(text, b, names)}
+            if it.get("aggregation_strategy") == "none":  # only asked for in Python: the HTTP shape stays
+                res["tokens"] = [{"entity": names[tag], "score": p, "index": i + 1, "word": text[s[0]:s[1]],
+                                  "start": s[0], "end": s[1]}
+                                 for i, (s, (_, tag, p)) in enumerate(sorted(b.items())) if names[tag] != "O"]
+            out.append(res)
+        return out
 
     def _tags(self, inputs: dict, chunk: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
         """Best tag id and its probability per window token, a few windows at a time (a long text can
@@ -253,9 +329,25 @@ class EmbedPipeline(Pipeline):
 
 
 class FillMaskPipeline(Pipeline):
-    """{text with [MASK], top_k} -> {predictions: [[{token, score, id}] per [MASK], in text order]}."""
+    """{text with [MASK], top_k} -> {predictions: [[{token, score, id}] per [MASK], in text order]} (the
+    HTTP API's shape); called, transformers' fill-mask shape: per text a list of top_k
+    {score, token (the id), token_str, sequence (the text with this candidate in place of its [MASK])},
+    a list of such lists for a text with several [MASK]s."""
 
     task = "fill-mask"
+
+    def present(self, result: dict, item: dict) -> list:
+        mask, text = self.tok.mask_token, item["text"]
+        parts = text.split(mask)  # n masks -> n + 1 parts
+        per_mask = []
+        for m, cands in enumerate(result["predictions"]):
+            row = []
+            for c in cands:
+                word = c["token"][2:] if c["token"].startswith("##") else c["token"]
+                seq = mask.join(parts[:m + 1]) + word + mask.join(parts[m + 1:])
+                row.append({"score": c["score"], "token": c["id"], "token_str": c["token"], "sequence": seq})
+            per_mask.append(row)
+        return per_mask[0] if len(per_mask) == 1 else per_mask
 
     def check(self, item: dict) -> None:
         super().check(item)
@@ -293,7 +385,12 @@ class FillMaskPipeline(Pipeline):
 
 class MRCPipeline(Pipeline):
     """{question, passage (or context), title?} -> {answer, start, end, score, answerable}; long passages
-    are read in overlapping windows by `tasks.mrc.MRCPredictor` (which owns all span decoding)."""
+    are read in overlapping windows by `tasks.mrc.MRCPredictor` (which owns all span decoding).
+
+    Called as transformers' question-answering is: `qa(question=..., context=...)` (strings, or lists
+    of the same length), `qa({"question": ..., "context": ...})` or a list of such dicts; the result is
+    {score, start, end, answer, answerable}, and for no answer (answerable False) answer "" and
+    start = end = 0 (transformers' handle_impossible_answer shape; the HTTP API gives null)."""
 
     task = "mrc"
     text_field = "question"
@@ -309,11 +406,30 @@ class MRCPipeline(Pipeline):
         self.inner = MRCPredictor(model, model.tokenizer, max_length=max_length,
                                   doc_stride=min(doc_stride, max_length // 2), batch_size=batch_size)
 
+    def keyword_inputs(self, options: dict) -> Any:
+        if "question" not in options:
+            raise InputError("question", "required: qa(question=..., context=...) or qa({...})")
+        fields = [f for f in ("question", "context", "passage", "title") if f in options]
+        values = {f: options.pop(f) for f in fields}
+        lists = [f for f in fields if isinstance(values[f], list)]
+        if not lists:
+            return values
+        if len(lists) != len(fields) or len({len(values[f]) for f in fields}) != 1:
+            raise InputError(lists[0], "lists of questions and contexts must have the same length, and "
+                                       "all of them be lists")
+        return [{f: values[f][i] for f in fields} for i in range(len(values[lists[0]]))]
+
     def as_item(self, x: Any, options: dict) -> dict:
         item = super().as_item(x, options)
         if "passage" not in item and "context" in item:  # the transformers / SQuAD name
             item["passage"] = item.pop("context")
         return item
+
+    def present(self, result: dict, item: dict) -> dict:
+        if result["answer"] is None:
+            return {"score": result["score"], "start": 0, "end": 0, "answer": "", "answerable": False}
+        return {"score": result["score"], "start": result["start"], "end": result["end"],
+                "answer": result["answer"], "answerable": result["answerable"]}
 
     def check(self, item: dict) -> None:
         # long questions are cut to MRCPredictor's max_query_length tokens; blank ones cannot be answered
@@ -363,6 +479,15 @@ def pipeline(task: Optional[str] = None, model=None, *, batch_size: int = 32, in
         raise ConfigError(f"a {name} pipeline needs a {' or '.join(HEADS_OF[name])} head; this model has "
                           f"{'no head' if head is None else 'a ' + head + ' head'}"
                           + (f" (its pipeline is {TASK_OF_HEAD[head]!r})" if head in TASK_OF_HEAD else ""))
+    if name == "ner" and "aggregation_strategy" in options:  # transformers' construction-time option
+        agg = options.pop("aggregation_strategy")
+        if agg not in NER_AGGREGATIONS:
+            raise ConfigError(f"aggregation_strategy must be one of {', '.join(NER_AGGREGATIONS)}, got {agg!r}")
+        pipe = PIPELINES[name](model, batch_size=batch_size, int8=int8)
+        pipe.default_options = {"aggregation_strategy": agg}
+        if options:
+            raise ConfigError(f"unknown ner pipeline option(s): {', '.join(sorted(options))}")
+        return pipe
     if options and name != "mrc":
         raise ConfigError(f"unknown {name} pipeline option(s): {', '.join(sorted(options))}")
     unknown = set(options) - {"max_length", "doc_stride"}

@@ -131,6 +131,10 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
 
+    def __len__(self) -> int:
+        """Entries in the vocabulary, added tokens included (transformers' `len(tokenizer)`)."""
+        return self.vocab_size
+
     def get_vocab(self) -> dict[str, int]:
         return self._tok.get_vocab(with_added_tokens=True)
 
@@ -174,7 +178,15 @@ class Tokenizer:
         return self._plain(text, text_pair, add_special_tokens).ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+        """ids (a list, or a 1-d tensor) -> text. Special tokens are skipped by default (transformers keeps
+        them unless told): a decoded input reads as the text, not as [CLS] ... [SEP] [PAD] [PAD]."""
+        return self._tok.decode([int(i) for i in _as_list(ids)], skip_special_tokens=skip_special_tokens)
+
+    def batch_decode(self, sequences, skip_special_tokens: bool = True) -> list[str]:
+        """A batch of ids (a list of lists, or a 2-d tensor such as `enc["input_ids"]`) -> one text each;
+        padding is a special token, so it goes too (the default)."""
+        return self._tok.decode_batch([[int(i) for i in _as_list(s)] for s in _as_list(sequences)],
+                                      skip_special_tokens=skip_special_tokens)
 
     def __call__(self, text: TextInput, text_pair: Optional[TextInput] = None, *, max_length: Optional[int] = None,
                  truncation: Union[bool, str] = True, padding: Union[bool, str] = "longest", stride: int = 0,
@@ -185,9 +197,13 @@ class Tokenizer:
 
         truncation: True / "longest_first" / "only_first" / "only_second" / False.
         padding: "longest" (default), "max_length", or False (lists of unequal length, no tensors).
-        With return_overflowing_tokens, long inputs become several windows overlapping by `stride`
-        tokens; `overflow_to_sample_mapping` says which input each window came from.
+        return_tensors: "pt" (default: torch tensors, what the model takes), "np", or None (lists; with
+        padding=False, transformers' own default output). With return_overflowing_tokens, long inputs become
+        several windows overlapping by `stride` tokens; `overflow_to_sample_mapping` says which input each
+        window came from.
         """
+        if return_tensors not in ("pt", "np", None):
+            raise ValueError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}")
         single = isinstance(text, str)
         texts = [text] if single else list(text)
         pairs = None
@@ -232,16 +248,23 @@ class Tokenizer:
         if return_overflowing_tokens:
             out["overflow_to_sample_mapping"] = sample
         out.encodings = flat
-        if return_tensors == "pt" and padding:
+        if return_tensors is not None and padding:
+            import numpy as np
             import torch
 
             for k in ("input_ids", "attention_mask", "token_type_ids", "offset_mapping", "overflow_to_sample_mapping"):
                 if k in out:
-                    out[k] = torch.tensor(out[k], dtype=torch.long)
+                    out[k] = torch.tensor(out[k], dtype=torch.long) if return_tensors == "pt" else np.array(
+                        out[k], dtype=np.int64)
         elif single and not return_overflowing_tokens:
             for k in list(out):
                 out[k] = out[k][0]
         return out
+
+
+def _as_list(x) -> list:
+    """A tensor or array (anything with .tolist()) as a list; a list as it is."""
+    return x.tolist() if hasattr(x, "tolist") else list(x)
 
 
 def _content(v) -> str:

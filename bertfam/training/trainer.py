@@ -230,7 +230,12 @@ class Trainer:
                                   "--no-optimizer-state), so it cannot be resumed exactly; start a new run "
                                   "from its weights instead")
         sd, _ = read_weights(ckpt)
-        self.model.load_state_dict(sd, strict=False)
+        try:
+            self.model.load_state_dict(sd, strict=False)
+        except RuntimeError as e:  # another model's checkpoint (another head, size): one line, not torch's dump
+            detail = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), str(e).splitlines()[0])
+            raise CheckpointError(f"{ckpt}: does not fit this model, so it cannot be resumed ({detail}); give "
+                                  "another --out") from None
         self.model.to(self.device)
         self.optim.load_state_dict(st["optimizer"])
         self.sched.load_state_dict(st["scheduler"])
@@ -338,6 +343,7 @@ class Trainer:
         bar = self._progress_bar()
         window: dict[str, list] = {}
         t0, tok0, stop = time.perf_counter(), self.state["tokens"], False
+        self._t_start, self._first_step = t0, self.state["step"]  # the rate and time left of _show
         while self.state["epoch"] < self.n_epochs and not stop:
             batches = self.plan.batches(self.state["epoch"])
             while self.state["batch"] < len(batches):
@@ -422,9 +428,15 @@ class Trainer:
         """The bar's postfix on a terminal, else one console line per log_every steps (main process)."""
         if bar is not None:
             bar.set_postfix(loss=f"{rec['loss']:.4f}", lr=f"{rec['lr']:.2e}", tok_s=f"{rec['tokens_per_s']:.0f}")
-        elif self.is_main:
-            console.info("step %d/%d: loss %.4f, lr %.2e, %.0f tokens/s", rec["step"], self.total_steps,
-                         rec["loss"], rec["lr"], rec["tokens_per_s"])
+        elif self.is_main:  # no bar: the line carries the bar's rate and time left
+            from ..progress import eta
+
+            done = rec["step"] - self._first_step
+            rate = done / max(time.perf_counter() - self._t_start, 1e-9)  # optimizer steps per second
+            left = f", {eta((self.total_steps - rec['step']) / rate)} left" if rate > 0 and rec["step"] < \
+                self.total_steps else ""
+            console.info("step %d/%d: loss %.4f, lr %.2e, %.0f tokens/s, %.2f steps/s%s", rec["step"],
+                         self.total_steps, rec["loss"], rec["lr"], rec["tokens_per_s"], rate, left)
 
     def _micro_batches(self, batches: list) -> list:
         """The next grad_accum batches of this epoch (fewer at the epoch's end); advances the data position."""

@@ -72,6 +72,7 @@ class MRCPredictor:
         self.max_query_length = pick(max_query_length, first.max_query_length)
         self.use_title = pick(use_title, first.use_title)
         self.batch_size = batch_size
+        self.on_progress = None  # callable(windows read, windows in the call), set by predict_examples
         self.null_threshold = pick(null_threshold, float(np.mean([s.null_threshold for s in settings])))
         self.answerable_threshold = pick(answerable_threshold,
                                          float(np.mean([s.answerable_threshold for s in settings])))
@@ -174,6 +175,8 @@ class MRCPredictor:
                 T = len(w.input_ids)
                 yield (w, (start[j, :T] / n).numpy(), (end[j, :T] / n).numpy(),
                        float(prob[j] / n) if prob is not None else None)
+            if getattr(self, "on_progress", None) is not None:
+                self.on_progress(b + len(chunk), len(order))
 
 
 def _verifier_of(model, verifier):

@@ -16,13 +16,21 @@ def predict_examples(predictor, examples: Sequence, no_answer_text: str = NO_ANS
                      ) -> tuple[dict, dict, float]:
     """({qid: answer text or no_answer_text}, {qid: n-best details}, questions per second)."""
     items = [{"question": ex.question, "passage": ex.context, "title": ex.title} for ex in examples]
+    from ...progress import Progress
+
     t0 = time.perf_counter()
     results = []
     step = 256
-    for b in range(0, len(items), step):
-        results.extend(predictor.predict_batch(items[b:b + step], details=True))
-        if progress:
-            log.info("predicted %d/%d", min(b + step, len(items)), len(items))
+    with Progress(len(items), "mrc predict", unit="questions", enabled=progress) as bar:
+        for b in range(0, len(items), step):
+            n = len(items[b:b + step])
+            # the predictor reports its windows read within the chunk: the count moves within a chunk too
+            predictor.on_progress = lambda done, total, b=b, n=n: bar.set(b + n * done // max(total, 1))
+            try:
+                results.extend(predictor.predict_batch(items[b:b + step], details=True))
+            finally:
+                predictor.on_progress = None
+            bar.set(b + n)
     dt = time.perf_counter() - t0
     preds, nbest = {}, {}
     for ex, r in zip(examples, results):

@@ -79,7 +79,10 @@ def train_mrc(model, train_examples: Sequence, out_dir: str, dev_examples: Seque
     trainer = Trainer(model, tc, windows, lambda b: collate_windows(b, pad), eval_fn=eval_fn if eval_set else None,
                       lengths=[len(w.input_ids) for w in windows], tokenizer=tok)
     summary = trainer.train(resume_from=resume_from)
-    summary.pop("history", None)
+    evals = [r for r in summary.pop("history", None) or [] if "eval_f1" in r]
+    if evals:  # the last evaluation during training: default thresholds, on eval_limit questions
+        summary["last_eval"] = {"step": evals[-1]["step"], "f1": evals[-1]["eval_f1"], "em": evals[-1]["eval_em"],
+                                "questions": len(eval_set)}
     summary.update(train_questions=len(train_examples), train_windows=len(windows), answer_windows=n_pos,
                    multi_window_questions=n_multi)
     run = {"command": "mrc train", **(info or {}), "train_questions": len(train_examples),
