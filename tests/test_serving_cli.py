@@ -76,8 +76,9 @@ def test_sigterm_answers_requests_in_flight_then_exits_0(tmp_path):
             except httpx.TransportError:
                 assert time.monotonic() < deadline, "server did not come up"
                 time.sleep(0.2)
-        # ~2400 characters: ~40 windows of the tiny model, about 1-2 s of work on this machine
-        heavy = {"question": "这段话说了什么？", "passage": "北京是中华人民共和国的首都，也是全国的政治中心。" * 100}
+        # ~7200 characters: ~120 windows of the tiny model (about 1 s of work on a quiet 2-core machine, more
+        # under load), inside the default request token budget
+        heavy = {"question": "这段话说了什么？", "passage": "北京是中华人民共和国的首都，也是全国的政治中心。" * 300}
         got = {}
         t = threading.Thread(target=lambda: got.update(r=httpx.post(url + "/v1/mrc", json=heavy, timeout=60)))
         t.start()

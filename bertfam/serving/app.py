@@ -109,10 +109,12 @@ class FillMaskResult(BaseModel):
 
 
 class EmbedBody(_Strict):
-    # `text` (one string) is the name every other endpoint uses; `texts` the list; give one of them
-    texts: Optional[list[Annotated[str, Field(**_FILLED)]]] = Field(None, min_length=1,
-                                                                   examples=[["今天天气很好", "今天是晴天"]])
-    text: Optional[Annotated[str, Field(**_FILLED)]] = Field(None, description="one text (instead of texts)")
+    # `text` (one string) is the name every other endpoint uses; `texts` the list; give exactly one of them
+    # (the schema says so: oneOf on which is required; neither is nullable, a left-out one is None here)
+    model_config = ConfigDict(extra="forbid", strict=True,
+                              json_schema_extra={"oneOf": [{"required": ["texts"]}, {"required": ["text"]}]})
+    texts: list[Annotated[str, Field(**_FILLED)]] = Field(None, min_length=1, examples=[["今天天气很好", "今天是晴天"]])
+    text: Annotated[str, Field(**_FILLED)] = Field(None, description="one text (instead of texts)")
     pooling: Literal["mean", "cls"] = "mean"
     normalize: bool = True
 
@@ -170,7 +172,7 @@ def request_types(lim: Limits) -> RequestTypes:
 
     texts = EmbedBody.model_fields["texts"]
     embed = _limited(EmbedBody, lim.max_passage_chars,
-                     texts=(Optional[list[Annotated[str, Field(**_FILLED)]]],
+                     texts=(list[Annotated[str, Field(**_FILLED)]],
                             Field(None, min_length=1, max_length=lim.max_texts, examples=texts.examples)))
     return RequestTypes({ep: one_or_many(item) for ep, (item, _) in ITEM_OF.items()}, embed)
 
