@@ -68,6 +68,18 @@ def extra_examples(spec: str, seed: int) -> list:
     return out
 
 
+def checklist_folds(args) -> tuple[list, list[int]]:
+    """--data's questions and their folds (--folds, --fold-seed); a split with a text in two folds stops here."""
+    exs, rep = read_mrc(args.data, source="checklist")
+    print(rep.summary(), file=sys.stderr)
+    folds = assign_folds(exs, args.folds, args.fold_seed)
+    bad = leaks(exs, folds)
+    if bad:
+        raise SystemExit("fold leak: " + "; ".join(bad[:5]))
+    print(f"folds (questions, unanswerable): {fold_sizes(exs, folds)}", file=sys.stderr)
+    return exs, folds
+
+
 def fold_training_set(exs, folds, held: int | None, repeat: int, extra: list) -> list:
     """The other folds' questions (x repeat, each copy its own id) + the extra data."""
     own = [e for e, f in zip(exs, folds) if f != held]
@@ -206,13 +218,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     os.makedirs(args.out, exist_ok=True)
-    exs, rep = read_mrc(args.data, source="checklist")
-    print(rep.summary(), file=sys.stderr)
-    folds = assign_folds(exs, args.folds, args.fold_seed)
-    bad = leaks(exs, folds)
-    if bad:
-        raise SystemExit("fold leak: " + "; ".join(bad[:5]))
-    print(f"folds (questions, unanswerable): {fold_sizes(exs, folds)}", file=sys.stderr)
+    exs, folds = checklist_folds(args)
     atomic_write_text(os.path.join(args.out, "folds.json"),
                       json.dumps({e.qid: f for e, f in zip(exs, folds)}, indent=0) + "\n")
     rel = relevance_of(exs, args.verifier, os.path.join(args.out, "relevance.json"))

@@ -34,9 +34,7 @@ sys.path.insert(0, os.path.join(ROOT, "recipes"))
 
 import torch  # noqa: E402
 
-from mrc_checklist_cv import CHECKLIST, extra_examples, items_of  # noqa: E402
-from bertfam.data.mrc import read_mrc  # noqa: E402
-from bertfam.tasks.mrc.crossval import assign_folds, fold_sizes, leaks  # noqa: E402
+from mrc_checklist_cv import CHECKLIST, checklist_folds, extra_examples, items_of  # noqa: E402
 from bertfam.utils import atomic_write_text  # noqa: E402
 
 LABELS = ["no", "yes"]
@@ -218,13 +216,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     os.makedirs(args.out, exist_ok=True)
-    exs, rep = read_mrc(args.data, source="checklist")
-    print(rep.summary(), file=sys.stderr)
-    folds = assign_folds(exs, args.folds, args.fold_seed)
-    bad = leaks(exs, folds)
-    if bad:
-        raise SystemExit("fold leak: " + "; ".join(bad[:5]))
-    print(f"folds (questions, unanswerable): {fold_sizes(exs, folds)}", file=sys.stderr)
+    exs, folds = checklist_folds(args)
     base = base_model(args)
     # answers past ~1.5 characters per token of the window would be cut off (SentencePiece on Chinese)
     extra = pair_rows(extra_examples(args.extra, args.seed), max_answer_char=args.max_length) if args.extra else []

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from ..errors import ConfigError
 from ..modeling.optimize import optimize_for_inference
+from ..modeling.pooling import mean_pool
 from .blank import BLANK_MESSAGE, is_blank
 from .interrupt import check_interrupt
 
@@ -316,8 +317,7 @@ class EmbedPipeline(Pipeline):
         enc = self.tok([it["text"] for it in items], max_length=self.window)
         with torch.inference_mode():
             h = self.model.backbone(**_model_inputs(enc)).last_hidden_state.float()  # (B, T, H)
-        mask = enc["attention_mask"].unsqueeze(-1).to(h.dtype)  # (B, T, 1)
-        mean = (h * mask).sum(1) / mask.sum(1).clamp(min=1.0)  # (B, H)
+        mean = mean_pool(h, enc["attention_mask"])  # (B, H)
         cls = h[:, 0]  # (B, H)
         out = []
         for i, it in enumerate(items):
