@@ -116,6 +116,10 @@ def test_index_page_is_self_contained(client):
     assert "无答案" in html and 'id="question"' in html and 'id="passage"' in html
     for ref in ("src=\"http", "href=\"http", "src=\"//", "href=\"//", "@import", "url(http"):
         assert ref not in html
+    # the pages' shared script (the API-key prompt) is included into each page as it is served
+    docs = client.get("/docs").text
+    for page in (html, docs):
+        assert page.count("function withKey(") == 1 and "@include" not in page
 
 
 def _assert_span_in(passage: str, a: dict) -> None:

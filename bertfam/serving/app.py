@@ -13,6 +13,7 @@ import asyncio
 import hmac
 import logging
 import os
+import re
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -431,8 +432,14 @@ class Guard:
 
 # ------------------------------------------------------------------ the app
 def _static_page(name: str) -> HTMLResponse:
+    """static/NAME, with each `// @include FILE` line replaced by static/FILE: the pages share their script
+    (the API-key prompt) and are still served self-contained, one response each."""
     with open(os.path.join(STATIC, name), encoding="utf-8") as f:
-        return HTMLResponse(f.read())
+        page = f.read()
+    for inc in re.findall(r"^// @include (\S+)$", page, flags=re.M):
+        with open(os.path.join(STATIC, os.path.basename(inc)), encoding="utf-8") as f:
+            page = page.replace(f"// @include {inc}", f.read().rstrip("\n"))
+    return HTMLResponse(page)
 
 
 def create_app(service: Service, access: Optional[Access] = None) -> FastAPI:
