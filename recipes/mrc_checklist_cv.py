@@ -68,6 +68,16 @@ def extra_examples(spec: str, seed: int) -> list:
     return out
 
 
+def start(ap: argparse.ArgumentParser):
+    """--threads added and parsed, threads and logging set, --out made; (args, questions, their folds)."""
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    os.makedirs(args.out, exist_ok=True)
+    return (args, *checklist_folds(args))
+
+
 def checklist_folds(args) -> tuple[list, list[int]]:
     """--data's questions and their folds (--folds, --fold-seed); a split with a text in two folds stops here."""
     exs, rep = read_mrc(args.data, source="checklist")
@@ -213,12 +223,7 @@ def main() -> int:
     ap.add_argument("--members", default=None, metavar="RUN,RUN",
                     help="no training: score the logit-averaged ensemble of these runs' fold models out of fold")
     ap.add_argument("--final", action="store_true", help="then train on all folds and save OUT/final")
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    os.makedirs(args.out, exist_ok=True)
-    exs, folds = checklist_folds(args)
+    args, exs, folds = start(ap)
     atomic_write_text(os.path.join(args.out, "folds.json"),
                       json.dumps({e.qid: f for e, f in zip(exs, folds)}, indent=0) + "\n")
     rel = relevance_of(exs, args.verifier, os.path.join(args.out, "relevance.json"))

@@ -26,7 +26,6 @@ import os
 import random
 import sys
 import time
-import logging
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -34,7 +33,7 @@ sys.path.insert(0, os.path.join(ROOT, "recipes"))
 
 import torch  # noqa: E402
 
-from mrc_checklist_cv import CHECKLIST, checklist_folds, extra_examples, items_of  # noqa: E402
+from mrc_checklist_cv import CHECKLIST, extra_examples, items_of, start  # noqa: E402
 from bertfam.utils import atomic_write_text  # noqa: E402
 
 LABELS = ["no", "yes"]
@@ -211,12 +210,7 @@ def main() -> int:
     ap.add_argument("--ship-fold", type=int, default=None, metavar="N",
                     help="write fold N's model as the delta to ship (OUT/foldN/delta): the thresholds tuned out of "
                          "fold fit the fold models' scores, which a model trained longer on all folds may not")
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    os.makedirs(args.out, exist_ok=True)
-    exs, folds = checklist_folds(args)
+    args, exs, folds = start(ap)
     base = base_model(args)
     # answers past ~1.5 characters per token of the window would be cut off (SentencePiece on Chinese)
     extra = pair_rows(extra_examples(args.extra, args.seed), max_answer_char=args.max_length) if args.extra else []
