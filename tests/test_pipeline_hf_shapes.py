@@ -139,6 +139,30 @@ def test_question_answering_call_forms_and_shape(hf_dirs):
         qa(context=c)
 
 
+def test_question_answering_top_k_lists_the_best_spans_best_first(hf_dirs):
+    import math
+
+    qa = pipeline("question-answering", hf_dirs["qa"])
+    q, c = "谁在北京？", "李明在北京大学读书，王芳在上海工作。"
+    for forced, null in (("answered", -math.inf), ("declined", math.inf)):
+        qa.inner.null_threshold, qa.inner.answerable_threshold = null, 0.0
+        one = qa(question=q, context=c)
+        top = qa(question=q, context=c, top_k=3)
+        assert isinstance(top, list) and len(top) == 3 and top[0] == one, forced
+        assert all(HF_QA_KEYS <= set(a) for a in top)
+        spans = top[1:] if forced == "declined" else top
+        assert all(a["answer"] == c[a["start"]:a["end"]] and a["answer"] for a in spans)
+        assert [a["score"] for a in spans] == sorted((a["score"] for a in spans), reverse=True)
+        assert all(a["answerable"] is (forced == "answered") for a in top)
+        if forced == "declined":
+            assert (top[0]["answer"], top[0]["start"], top[0]["end"]) == ("", 0, 0)
+    assert len(qa([{"question": q, "context": c}] * 2, top_k=2)) == 2  # a list of inputs: a list per input
+    with pytest.raises(InputError, match="^top_k: must be an integer >= 1"):
+        qa(question=q, context=c, top_k=0)
+    with pytest.raises(InputError, match=r"^top_k: at most \d+ \(the model's n_best\)"):
+        qa(question=q, context=c, top_k=1000)
+
+
 def test_no_answer_is_transformers_empty_answer_in_python_and_null_over_http(hf_dirs):
     qa = pipeline("mrc", hf_dirs["qa"])
     item = {"question": "谁？", "passage": "今天天气很好。"}

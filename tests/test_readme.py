@@ -79,7 +79,7 @@ def test_readme_pipeline_snippet_runs(tmp_path):
             exec(compile(stmt, "README.md", "exec"), ns)
         else:
             values.append(eval(compile(stmt, "README.md", "eval"), ns))
-    batch, one, top3, pair, ents, fills, answer, vecs = values
+    batch, one, top3, pair, ents, fills, answer, answers3, vecs = values
     assert len(batch) == 2 and {"label", "score"} <= set(batch[0])
     assert isinstance(one, list) and len(one) == 1 and {"label", "score"} <= set(one[0])
     assert len(top3) == 2 and all(set(r) == {"label", "score"} for r in top3)  # the tiny model has 2 labels
@@ -87,4 +87,5 @@ def test_readme_pipeline_snippet_runs(tmp_path):
     assert all(set(e) == {"entity_group", "score", "word", "start", "end"} for e in ents)
     assert len(fills) == 3 and all(set(c) == {"score", "token", "token_str", "sequence"} for c in fills)
     assert set(answer) == {"score", "start", "end", "answer", "answerable"}
+    assert isinstance(answers3, list) and 1 <= len(answers3) <= 3 and answers3[0] == answer
     assert len(vecs) == 1 and set(vecs[0]) == {"vector", "truncated"}

@@ -425,11 +425,20 @@ class MRCPipeline(Pipeline):
             item["passage"] = item.pop("context")
         return item
 
-    def present(self, result: dict, item: dict) -> dict:
+    def present(self, result: dict, item: dict) -> Any:
         if result["answer"] is None:
-            return {"score": result["score"], "start": 0, "end": 0, "answer": "", "answerable": False}
-        return {"score": result["score"], "start": result["start"], "end": result["end"],
-                "answer": result["answer"], "answerable": result["answerable"]}
+            first = {"score": result["score"], "start": 0, "end": 0, "answer": "", "answerable": False}
+        else:
+            first = {"score": result["score"], "start": result["start"], "end": result["end"],
+                     "answer": result["answer"], "answerable": result["answerable"]}
+        if item.get("top_k") is None:
+            return first
+        # transformers' top_k: a list, best first. A declined question leads with its no-answer entry (as
+        # handle_impossible_answer does), then the best spans, which the system would not give (answerable False)
+        spans = [{"score": s["score"], "start": s["start"], "end": s["end"], "answer": s["text"],
+                  "answerable": result["answerable"]} for s in result["candidates"]]
+        ranked = [first] + spans[1:] if result["answerable"] else [first] + spans
+        return ranked[:item["top_k"]]
 
     def check(self, item: dict) -> None:
         # long questions are cut to MRCPredictor's max_query_length tokens; blank ones cannot be answered
@@ -441,12 +450,27 @@ class MRCPipeline(Pipeline):
                 raise InputError(field, BLANK_MESSAGE)
         if item.get("title") is not None and not isinstance(item["title"], str):
             raise InputError("title", "must be a string")
+        k = item.get("top_k")
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise InputError("top_k", f"must be an integer >= 1, got {k!r}")
+        if k is not None and k > self.inner.n_best:
+            raise InputError("top_k", f"at most {self.inner.n_best} (the model's n_best), got {k}")
 
     def predict_batch(self, items: list[dict]) -> list[dict]:
+        """The HTTP API's shape; with top_k asked, each result also carries its n-best spans (`candidates`)."""
+        details = any(it.get("top_k") is not None for it in items)
         res = self.inner.predict_batch([{"question": it["question"], "passage": it["passage"],
-                                         "title": it.get("title")} for it in items])
-        return [{"answer": r["answer"], "start": r["start"], "end": r["end"], "score": float(r["score"]),
-                 "answerable": bool(r["answerable"])} for r in res]
+                                         "title": it.get("title")} for it in items], details=details)
+        out = []
+        for r in res:
+            o = {"answer": r["answer"], "start": r["start"], "end": r["end"], "score": float(r["score"]),
+                 "answerable": bool(r["answerable"])}
+            if details:  # span score as the answered result's: span probability x P(answerable)
+                p = r["p_answerable"] if r["p_answerable"] is not None else 1.0
+                o["candidates"] = [{"text": s["text"], "start": s["start"], "end": s["end"],
+                                    "score": float(s["prob"] * p)} for s in r["nbest"]]
+            out.append(o)
+        return out
 
 
 PIPELINES = {"classification": ClassificationPipeline, "ner": NERPipeline, "fill-mask": FillMaskPipeline,
