@@ -164,7 +164,8 @@ def test_cli_train_predict_evaluate_ensemble_compare_ask(tmp_path, capsys):
         "dev", "scores", "(x", "100)", "questions", "F1", "EM"], table
     names = ("last evaluation (step 3), default thresholds ", "before tuning, default thresholds ",
              "tuned thresholds (null ")
-    assert len(table) == 5 and all(r.startswith(n) for r, n in zip(table[2:], names)), table
+    assert len(table) == 6 and all(r.startswith(n) for r, n in zip(table[2:], names)), table
+    assert table[5].startswith(f"wrote {out} (") and "model " in table[5], table  # what was written, its size
     assert "cmrc2018_trial_cut.json: 6/6 questions kept" in err and "9 repaired by search" in err
     cfg = json.load(open(os.path.join(out, "config.json")))
     mrc = cfg["head"]["mrc"]

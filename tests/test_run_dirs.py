@@ -11,6 +11,7 @@ import pytest
 from .conftest import FIXTURES, ZH_VOCAB, cli
 
 SST2 = os.path.join(FIXTURES, "finetune", "glue", "SST-2")
+MRC_TRIAL = os.path.join(FIXTURES, "mrc", "cmrc2018_trial_cut.json")
 COLA = os.path.join(FIXTURES, "finetune", "glue", "CoLA")
 FAST = ["--batch-size", "8", "--lr", "1e-3", "--max-length", "32", "--no-progress", "--max-steps", "2"]
 
@@ -103,3 +104,24 @@ def test_carved_dev_split_follows_max_train_and_max_eval_caps_it(tiny, tmp_path,
     assert rc == 0, err
     res = json.loads((tmp_path / "b" / "eval_results.json").read_text())
     assert res["n_dev"] == 3 and "3 of its 24 examples" in res["dev"]
+
+
+def _mrc(capsys, tiny, out, *extra):
+    return cli(capsys, "mrc", "train", "--model", tiny, "--train", MRC_TRIAL, "--out", out, "--max-steps", "2",
+               "--batch-size", "8", "--max-length", "64", "--doc-stride", "16", "--eval-limit", "2", *extra)
+
+
+def test_mrc_train_follows_the_same_run_directory_rules(tiny, tmp_path, capsys):
+    out = tmp_path / "mrc"
+    rc, so, err = _mrc(capsys, tiny, out)
+    assert rc == 0, err
+    assert re.search(rf"^wrote {re.escape(str(out))} \([\d.]+ [KMG]?B in all\): model ", so, re.M), so
+    first = _lines(out / "metrics.jsonl")
+    rc, so, err = _mrc(capsys, tiny, out)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"--out {out}: not empty" in err and "--overwrite-output-dir" in err
+    rc, so, err = _mrc(capsys, tiny, out, "--overwrite-output-dir")
+    assert rc == 0, err
+    assert _lines(out / "metrics.jsonl") == first  # one run's curve, not two
+    rc, so, err = _mrc(capsys, tiny, tmp_path / "nosuch", "--resume", str(tmp_path / "nosuch"))
+    assert rc == 2 and "nosuch: not found" in err and len(err.strip().splitlines()) == 1, err

@@ -34,6 +34,8 @@ def register(sub) -> None:
     t.add_argument("--limit", type=positive_int, default=None, help="use only the first N training questions")
     t.add_argument("--resume", default=None, metavar="RUN_OR_CHECKPOINT",
                    help="continue an interrupted run (its OUT directory or one checkpoint) with the same options")
+    t.add_argument("--overwrite-output-dir", action="store_true",
+                   help="replace the run in a non-empty --out (without it, or --resume, such an --out is refused)")
     add_checkpoint_args(t, keep_last=1)
     _window_args(t, train=True)
     t.set_defaults(func=add_run_config(t, _train))
@@ -154,6 +156,10 @@ def _train(args) -> int:
     from ..data.mrc import read_many, read_mrc, split_examples, write_squad
     from ..tasks.mrc import load_span_model, train_mrc
 
+    from ..training.rundir import describe_run_dir, link_duplicate_weights, prepare_run_dir
+
+    # before anything is read or written: a second run into one --out would mix two runs' files
+    prepare_run_dir(args.out, resume=args.resume, overwrite=args.overwrite_output_dir, source=args.model)
     set_threads(args)
     examples, reports = read_many(args.train, mode="train")
     _print_reports(reports)
@@ -190,7 +196,9 @@ def _train(args) -> int:
     atomic_write_text(os.path.join(args.out, "mrc_train_summary.json"),
                       json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n")
     if is_main_process():
+        link_duplicate_weights(args.out)  # best/ and a last-step checkpoint hold the model's bytes: links
         print(summary_table(summary, args.out))
+        print(describe_run_dir(args.out))
     return 0
 
 

@@ -26,7 +26,7 @@ log = logging.getLogger("bertfam")
 # what a training run writes into its directory (the final model's files are replaced by the new run's)
 RUN_FILES = ("metrics.jsonl", "checkpoints", "best", "tensorboard", "eval_results.json", "training_info.json",
              "pretrain_config.json", "dev_predictions.tsv", "dev_predictions.jsonl", "model.safetensors",
-             "config.json")
+             "config.json", "mrc_train_summary.json", "dev_heldout.json")
 WEIGHTS = "model.safetensors"
 SHARED_FILES = (WEIGHTS, "tokenizer.json", "vocab.txt", "tokenizer_config.json")  # what best/ and checkpoints repeat
 
