@@ -11,6 +11,7 @@ import importlib
 import logging
 import sys
 
+from .commands.common import DEFAULT_ONLY
 from .errors import BertfamError, TrainingStopped
 
 # order = order in `bertfam --help`
@@ -22,12 +23,18 @@ class DefaultsFormatter(argparse.HelpFormatter):
     """--help shows each option's default (as transformers' scripts do), unless its help names it already."""
 
     def _get_help_string(self, action) -> str:
-        text = action.help or ""
+        text = "" if action.help == DEFAULT_ONLY else (action.help or "")
         d = action.default
+        shown = "%(default)s"
+        if d is argparse.SUPPRESS and getattr(action, "config_defaults", None):
+            # an option left out takes the run config's default (e.g. PretrainConfig's), looked up only now
+            d = action.config_defaults().get(action.dest)
+            d = " ".join(map(str, d)) if isinstance(d, (tuple, list)) else d
+            shown = str(d).replace("%", "%%")
         if ("default" in text.lower() or not action.option_strings or d is None or d is argparse.SUPPRESS
-                or isinstance(d, bool) or action.nargs == 0):
+                or isinstance(d, bool) or action.nargs == 0 or d == ""):
             return text
-        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+        return f"{text} (default: {shown})" if text else f"(default: {shown})"
 
 
 class Parser(argparse.ArgumentParser):
@@ -38,10 +45,15 @@ class Parser(argparse.ArgumentParser):
         kw.setdefault("formatter_class", DefaultsFormatter)
         super().__init__(*args, **kw)
 
+    # a command whose options default to SUPPRESS (its run config fills them in) sets this to a callable
+    # returning {dest: default}, so that --help still shows the defaults
+    config_defaults = None
+
     def add_argument(self, *args, **kw):
-        if "help" not in kw and kw.get("default") not in (None, argparse.SUPPRESS) and args and str(args[0]).startswith("-"):
-            kw["help"] = "(default: %(default)s)"  # an option without help still shows its default
+        if "help" not in kw and args and str(args[0]).startswith("-"):
+            kw["help"] = DEFAULT_ONLY  # an option without help still shows its default
         action = super().add_argument(*args, **kw)
+        action.config_defaults = self.config_defaults
         return action
 
     def error(self, message: str):

@@ -34,6 +34,24 @@ def test_help_shows_defaults():
     assert "--batch-size BATCH_SIZE (default: 32)" in _help("mrc", "predict")
 
 
+def test_pretrain_help_shows_its_run_configs_defaults():
+    """pretrain's options default to SUPPRESS (PretrainConfig, or a resumed run's own config, fills them in):
+    --help still shows PretrainConfig's values, and an option that has none (--max-steps) says nothing."""
+    import dataclasses
+
+    from bertfam.runners.pretrain import PretrainConfig
+
+    d = PretrainConfig.flatten(dataclasses.asdict(PretrainConfig()))
+    h = _help("pretrain")
+    for shown in (f"--lr LR (default: {d['lr']})", f"--max-seq-len MAX_SEQ_LEN (default: {d['max_seq_len']})",
+                  f"--keep-last KEEP_LAST (default: {d['keep_last']})", "--ernie-mix BASIC PHRASE ENTITY probabilities "
+                  "of ERNIE's masking levels per sequence (default: " + " ".join(map(str, d["ernie_mix"])) + ")",
+                  f"--model-config MODEL_CONFIG preset name or config JSON (default: {d['model_config']})"):
+        assert shown in h, shown
+    assert "--max-steps MAX_STEPS --batch-size" in h and "\x00" not in h
+    assert f"--mask-rate MASK_RATE (default: {d['mask_rate']})" in _help("pretrain-data")
+
+
 def test_bad_value_is_one_line(capsys):
     with pytest.raises(SystemExit) as e:
         main(["finetune", "--task", "sst2", "--model", "m", "--train", "t", "--out", "o", "--max-steps", "0"])

@@ -214,6 +214,9 @@ def add_run_config(p, func, run_config: type = None):
     return (run_config or RunConfig)(p, func)
 
 
+DEFAULT_ONLY = "\x00"  # the help of an option that has none: its default alone (argparse skips empty help)
+
+
 class RunConfig:
     """The command function of a command with --config: merges command line > run file > defaults."""
 
@@ -229,6 +232,8 @@ class RunConfig:
         self.groups = [(g, g.required) for g in parser._mutually_exclusive_groups]
         for a in self.actions.values():
             d = a.default
+            if a.help == DEFAULT_ONLY:
+                a.help = ""
             if a.help and "%(default)s" in a.help:  # the default is about to become SUPPRESS: write it in now
                 a.help = a.help.replace("%(default)s", str(d).replace("%", "%%"))
             if (d is not None and d is not argparse.SUPPRESS and not isinstance(d, bool) and a.nargs != 0
@@ -238,6 +243,7 @@ class RunConfig:
             if a.required:
                 a.required = False
                 a.help = (a.help + "; " if a.help else "") + "required (here or in --config)"
+            a.help = a.help or DEFAULT_ONLY  # the formatter may still find a default (config_defaults)
         for g, _ in self.groups:
             g.required = False
 

@@ -29,14 +29,24 @@ def _data_args(p, masking_required: bool = False) -> None:
     p.add_argument("--eval-size", type=non_negative_int, default=S, help="at most this many evaluation instances")
     p.add_argument("--chunk-docs", type=positive_int, default=S, help="documents per streamed chunk")
     p.add_argument("--max-line-chars", type=positive_int, default=S, help="longer lines are truncated with a warning")
-    p.add_argument("--text-field", default=S, help="JSONL field holding the text (default: text)")
+    p.add_argument("--text-field", default=S, help="JSONL field holding the text")
     p.add_argument("--seed", type=seed, default=S)
+
+
+def _config_defaults() -> dict:
+    """PretrainConfig's defaults by option name: what --help shows for an option left out."""
+    import dataclasses
+
+    from ..runners.pretrain import PretrainConfig
+
+    return PretrainConfig.flatten(dataclasses.asdict(PretrainConfig()))
 
 
 def register(sub) -> None:
     p = sub.add_parser("pretrain", help="pre-train a BERT-family model (BERT/RoBERTa/ALBERT/ERNIE objectives)")
+    p.config_defaults = _config_defaults
     _data_args(p)
-    p.add_argument("--model-config", default=S, help="preset name or config JSON (default bert-mini)")
+    p.add_argument("--model-config", default=S, help="preset name or config JSON")
     p.add_argument("--data", default=S, help="instance cache from `bertfam pretrain-data` (instead of --corpus)")
     p.add_argument("--out", default=S, help="run directory")
     p.add_argument("--init", default=S, help="continue pre-training from this checkpoint")
@@ -65,6 +75,7 @@ def register(sub) -> None:
     p.set_defaults(func=add_run_config(p, _pretrain, SavedRunConfig))
 
     p = sub.add_parser("pretrain-data", help="cache pre-training instances (static masking, dupe_factor)")
+    p.config_defaults = _config_defaults
     _data_args(p)
     p.add_argument("--out", required=True, help="cache directory")
     p.add_argument("--dupe-factor", type=non_negative_int, default=5,
