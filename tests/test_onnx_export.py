@@ -87,3 +87,29 @@ def test_cli_task_choices_and_the_bare_encoder(tmp_path, capsys):
     bare = bertfam.from_pretrained(str(tmp_path / "tok"), task="encoder")
     meta = check_onnx(str(out), bare)
     assert output_names(bare) == ["last_hidden_state", "pooler_output"] and meta["bertfam_task"] == "None"
+
+
+def test_cli_exports_bertfam_int8_checkpoints(tmp_path, capsys):
+    """A `bertfam quantize` checkpoint exports: int8 word embeddings (weight-only, as the shipped MRC model
+    has them) as the float graph of the weights they stand for, equal to the int8 model; int8 linear layers
+    (int8 activations too) only with --int8, and without it one line saying so."""
+    from bertfam.cli import main
+
+    tiny("span", "bert-tiny").save_pretrained(str(tmp_path / "f"))
+    assert main(["quantize", str(tmp_path / "f"), str(tmp_path / "emb8"), "--modules", "embeddings.word"]) == 0
+    assert main(["quantize", str(tmp_path / "f"), str(tmp_path / "all8")]) == 0
+    capsys.readouterr()
+    assert main(["export", "--onnx", str(tmp_path / "emb8"), str(tmp_path / "emb8.onnx")]) == 0
+    assert "onnxruntime vs PyTorch, max abs difference" in capsys.readouterr().out
+    int8 = bertfam.from_pretrained(str(tmp_path / "emb8"))
+    assert int8.config.quantization is not None
+    check_onnx(str(tmp_path / "emb8.onnx"), int8)  # against the int8 model itself, <= 1e-4
+
+    assert main(["export", "--onnx", str(tmp_path / "all8"), str(tmp_path / "all8.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "linear layers are int8" in err and "--int8" in err, err
+    assert not (tmp_path / "all8.onnx").exists()
+    assert main(["export", "--onnx", str(tmp_path / "all8"), str(tmp_path / "all8.onnx"), "--int8"]) == 0
+    out = capsys.readouterr().out
+    assert "onnxruntime int8 vs PyTorch (bertfam int8)" in out, out
+    assert onnx_session(str(tmp_path / "all8.onnx")).get_outputs()[0].name == "start_logits"

@@ -18,7 +18,9 @@ def register(sub) -> None:
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime vs PyTorch check")
     p.add_argument("--int8", action="store_true",
                    help="quantize the exported graph with onnxruntime (quantize_dynamic: int8 weights per channel, "
-                        "activations per batch); checked against the float PyTorch model by relative difference")
+                        "activations per batch); checked against the PyTorch model by relative difference. A "
+                        "bertfam int8 checkpoint exports as the weights it stands for; with int8 linear layers "
+                        "it needs --int8")
     p.add_argument("--rtol", type=non_negative_float, default=None,
                    help="with --int8: largest accepted |onnxruntime - PyTorch| / max |PyTorch| of any output "
                         "(default: report it; how far int8 moves the outputs depends on the model)")
@@ -46,7 +48,8 @@ def _export(args) -> int:
         if args.no_verify:
             return 0
         diffs = verify_onnx(out, model, session=sess, relative=True)
-        print("onnxruntime int8 vs PyTorch float, max abs difference / max abs output: "
+        print(f"onnxruntime int8 vs PyTorch ({'bertfam int8' if model.config.quantization else 'float'}), max abs "
+              "difference / max abs output: "
               + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
         worst = max(diffs.values())
         if not math.isfinite(worst) or (args.rtol is not None and worst > args.rtol):

@@ -6,8 +6,11 @@ so a runtime can map outputs back to labels. `verify_onnx` runs onnxruntime agai
 
 `int8=True` then quantizes the exported float graph with onnxruntime's own dynamic quantization
 (`quantize_dynamic`: int8 weights per channel, activations quantized per batch at run time), the ONNX
-counterpart of modeling/int8.py; a bertfam int8 model itself is not traced (its quantized kernels have no
-ONNX form), so export the float checkpoint with int8=True instead.
+counterpart of modeling/int8.py. A bertfam int8 model (`bertfam quantize`) is exported from the weights its
+int8 tensors stand for (q x scale): its quantized kernels have no ONNX form. Int8 word embeddings alone are
+weight-only (a row lookup): that float graph computes what the int8 model computes, and is checked against
+it like any float export. Int8 linear layers also quantize activations, so a float graph would be a
+different model: those export with int8=True (onnxruntime's int8 of the same weights).
 """
 from __future__ import annotations
 
@@ -99,15 +102,29 @@ def example_inputs(model: TaskModel, batch: int, length: int, seed: int = 0) -> 
     return out
 
 
+def exportable(model: TaskModel, int8: bool = False) -> TaskModel:
+    """The model itself, or for a bertfam int8 model a float copy holding the weights its int8 tensors stand
+    for (see the module docstring); int8 linear layers need int8=True (ConfigError otherwise)."""
+    import copy
+
+    from ..modeling.int8 import dequantize_int8, is_int8
+
+    if not is_int8(model):
+        return model
+    modules = list(model.config.quantization.modules) if model.config.quantization else []
+    linear = [m for m in modules if m != "embeddings.word"]
+    if linear and not int8:
+        raise ConfigError(f"export: the model's linear layers are int8 ({', '.join(linear)}: int8 activations "
+                          "too, which a float graph would drop); give --int8 for onnxruntime's int8 of the same "
+                          "weights")
+    log.info("export: int8 %s written as the float weights they stand for", "+".join(modules) or "modules")
+    return dequantize_int8(copy.deepcopy(model))
+
+
 def export_onnx(model: TaskModel, path: str, opset: Optional[int] = None, int8: bool = False) -> dict:
     """Write `model` as ONNX to `path` (int8: then quantized by onnxruntime, see above). Returns {"inputs",
     "outputs", "task", "int8"}."""
-    from ..modeling.int8 import is_int8
-
-    if is_int8(model):
-        raise ConfigError("export: the model is int8 (bertfam's quantized kernels have no ONNX form); export its "
-                          "float checkpoint with --int8 instead")
-    model = model.eval()
+    model = exportable(model, int8).eval()
     n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     if n_bytes > _MAX_PROTO_BYTES:
         raise ConfigError(f"export: the model's weights ({n_bytes / 1e9:.1f} GB) exceed what one ONNX file holds")
