@@ -272,3 +272,28 @@ def test_the_mrc_package_exports_the_names_of_the_old_module():
     assert [n for n in names if not hasattr(mrc, n)] == []
     assert (mrc.DEFAULT_NULL_THRESHOLD, mrc.DEFAULT_ANSWERABLE_THRESHOLD, mrc.DEFAULT_MAX_ANSWER_LENGTH) == \
         (MRCSettings.null_threshold, MRCSettings.answerable_threshold, MRCSettings.max_answer_length)
+
+
+def test_training_a_model_whose_verifier_is_missing_scores_the_reader_alone(tok, tmp_path, caplog):
+    """A checkpoint whose head.mrc names a verifier directory that is not there (e.g. a model taken out of
+    git history, which never holds the verifier) still trains: the dev evaluations and the threshold tuning
+    use the reader's own tests, said once before training; not an error at the first epoch's end."""
+    import dataclasses
+
+    from bertfam.data.mrc import read_mrc
+    from bertfam.tasks.mrc import train_mrc
+    from bertfam.training import TrainConfig
+
+    m = tiny_span_model(tok)
+    m.config.head = dataclasses.replace(m.config.head, mrc=MRCSettings(verifier="verifier"))
+    m.save_pretrained(str(tmp_path / "base"), tokenizer=tok)
+    base = bertfam.from_pretrained(str(tmp_path / "base"))
+    assert base.config.head.mrc_settings.verifier == "verifier" and not (tmp_path / "base" / "verifier").exists()
+    exs, _ = read_mrc(os.path.join(MRC, "cmrc2018_trial_cut.json"), mode="train")
+    with caplog.at_level("WARNING", logger="bertfam"):
+        s = train_mrc(base, exs, str(tmp_path / "run"), exs[:3], max_length=64, doc_stride=16,
+                      train=TrainConfig(epochs=1, batch_size=8, progress=False))
+    assert s["last_eval"]["questions"] == 3 and "thresholds" in s
+    said = [r.message for r in caplog.records if "verifier" in r.message]
+    assert len(said) == 1 and "score the reader alone" in said[0], said
+    assert bertfam.from_pretrained(str(tmp_path / "run")).config.head.mrc_settings.verifier is None

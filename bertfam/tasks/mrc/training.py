@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Optional, Sequence
 
 from ...config import MRCSettings
@@ -20,8 +21,6 @@ log = logging.getLogger("bertfam")
 def load_span_model(spec: str, vocab: Optional[str] = None, seed: int = 0):
     """A span model from a checkpoint directory (new span head if it has another head), or a preset
     name (random weights) with a vocabulary file."""
-    import os
-
     from ...config import HeadConfig, preset
     from ...checkpoint import from_pretrained
     from ...modeling import build_model
@@ -52,8 +51,6 @@ def train_mrc(model, train_examples: Sequence, out_dir: str, dev_examples: Seque
     trainer's settings (default TrainConfig()); its out_dir is `out_dir`. The windows go to head.mrc (the
     model's other MRC settings, e.g. thresholds of an earlier stage, are kept until tuned again); the run is
     appended to the model's training info (`runs`, with `info`'s keys) in out_dir/training_info.json."""
-    import os
-
     from ...training.distributed import is_main_process
 
     tok = model.tokenizer
@@ -72,8 +69,10 @@ def train_mrc(model, train_examples: Sequence, out_dir: str, dev_examples: Seque
     tc = dataclasses.replace(train if train is not None else TrainConfig(), out_dir=out_dir)
     eval_set = list(dev_examples)[:eval_limit] if eval_limit else list(dev_examples)
 
+    verifier = _training_verifier(model)  # resolved before training: a missing one must not end a long run
+
     def eval_fn(m) -> dict:
-        pred = MRCPredictor(m, tokenizer=tok)  # the windows just set in head.mrc
+        pred = MRCPredictor(m, tokenizer=tok, verifier=verifier)  # the windows just set in head.mrc
         return score_examples(pred, eval_set)
 
     trainer = Trainer(model, tc, windows, lambda b: collate_windows(b, pad), eval_fn=eval_fn if eval_set else None,
@@ -90,7 +89,7 @@ def train_mrc(model, train_examples: Sequence, out_dir: str, dev_examples: Seque
            "max_length": max_length, "doc_stride": doc_stride}
     model.config.head.info = dict(model.config.head.info, runs=list(model.config.head.info.get("runs", [])) + [run])
     if tune and dev_examples:
-        pred = MRCPredictor(model, tokenizer=tok)
+        pred = MRCPredictor(model, tokenizer=tok, verifier=verifier)
         tuned = tune_thresholds(pred, dev_examples)
         run["dev_f1"] = round(tuned["dev_f1"], 3)
         if is_main_process():
@@ -99,6 +98,26 @@ def train_mrc(model, train_examples: Sequence, out_dir: str, dev_examples: Seque
     elif is_main_process() and os.path.isfile(os.path.join(out_dir, "config.json")):
         model.config.save(os.path.join(out_dir, "config.json"))  # the run into training_info.json
     return summary
+
+
+def _training_verifier(model):
+    """The verifier the model's head.mrc names, loaded once for the dev evaluations, or False (no verifier)
+    when it names none or it is not there: a reader trains without one, and its dev scores then use the
+    reader's own no-answer tests (said once, here, not as an error after the first epoch)."""
+    from .verifier import load_verifier
+
+    name = model.config.head.mrc_settings.verifier
+    if name is None:
+        return False
+    home = getattr(model, "name_or_path", None)
+    if home is None or not os.path.isdir(os.path.join(home, name)):
+        log.warning("%s: the model's verifier (head.mrc.verifier %r) is not there; dev evaluations during "
+                    "training score the reader alone, and the trained model names no verifier "
+                    "(`bertfam mrc build-verifier` adds one)", home or "the model", name)
+        head = model.config.head
+        model.config.head = dataclasses.replace(head, mrc=dataclasses.replace(head.mrc_settings, verifier=None))
+        return False
+    return load_verifier(os.path.join(home, name))
 
 
 def _counts(xs) -> dict:
