@@ -10,6 +10,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
+from ...data.batching import length_batches
 from ...data.mrc_windows import Window, build_windows, collate_windows
 from ...errors import ConfigError, DataError
 from ...modeling.optimize import optimize_for_inference
@@ -150,11 +151,11 @@ class MRCPredictor:
 
     def _forward(self, windows: list[Window]):
         """Yield (window, start logits (T,), end logits (T,), P(answerable)) averaged over the models."""
-        order = sorted(range(len(windows)), key=lambda k: len(windows[k].input_ids))  # less padding
         pad = self.tokenizer.pad_token_id or 0
-        for b in range(0, len(order), self.batch_size):
+        done = 0
+        for idx in length_batches([len(w.input_ids) for w in windows], self.batch_size, longest_first=False):
             check_interrupt()  # a served request that has gone stops here, between model calls
-            chunk = [windows[k] for k in order[b:b + self.batch_size]]
+            chunk = [windows[k] for k in idx]  # shortest first: less padding
             batch = collate_windows(chunk, pad, with_labels=False)
             start = end = None
             probs = []
@@ -175,8 +176,9 @@ class MRCPredictor:
                 T = len(w.input_ids)
                 yield (w, (start[j, :T] / n).numpy(), (end[j, :T] / n).numpy(),
                        float(prob[j] / n) if prob is not None else None)
+            done += len(chunk)
             if getattr(self, "on_progress", None) is not None:
-                self.on_progress(b + len(chunk), len(order))
+                self.on_progress(done, len(windows))
 
 
 def _verifier_of(model, verifier):
