@@ -37,14 +37,10 @@ def run_train_config(out_dir: str, train: Optional[TrainConfig]) -> TrainConfig:
 
 def load_run_tokenizer(vocab: Optional[str], init: Optional[str]):
     """The tokenizer of a run: --vocab (vocab.txt or a tokenizer directory), else the --init checkpoint's."""
-    from ..tokenization import Tokenizer
+    from ..tokenization import Tokenizer, tokenizer_from
 
     if vocab:
-        if os.path.isdir(vocab):
-            return Tokenizer.from_pretrained(vocab)
-        if not os.path.isfile(vocab):
-            raise ConfigError(f"{vocab}: vocabulary file or tokenizer directory not found")
-        return Tokenizer.from_vocab(vocab)
+        return tokenizer_from(vocab)
     has_tok = init and os.path.isdir(init) and any(os.path.isfile(os.path.join(init, f))
                                                    for f in ("tokenizer.json", "vocab.txt"))
     if has_tok:
