@@ -3,6 +3,7 @@ end to end (tiny random model: train a few steps -> predict -> evaluate -> ensem
 import json
 import math
 import os
+from collections import namedtuple
 
 import numpy as np
 import pytest
@@ -272,3 +273,16 @@ def test_the_mrc_package_exports_the_names_of_the_old_module():
     assert [n for n in names if not hasattr(mrc, n)] == []
     assert (mrc.DEFAULT_NULL_THRESHOLD, mrc.DEFAULT_ANSWERABLE_THRESHOLD, mrc.DEFAULT_MAX_ANSWER_LENGTH) == \
         (MRCSettings.null_threshold, MRCSettings.answerable_threshold, MRCSettings.max_answer_length)
+
+
+def test_window_logits_cut_each_window_to_its_tokens():
+    from bertfam.tasks.mrc import window_logits
+
+    W = namedtuple("W", "input_ids")
+    wins = [W([1, 2, 3]), W([1, 2, 3, 4, 5])]
+    start, end = torch.arange(10.0).view(2, 5), -torch.arange(10.0).view(2, 5)
+    out = window_logits(wins, start, end, torch.tensor([0.25, 0.75]))
+    assert [w for w, *_ in out] == wins
+    assert out[0][1].tolist() == [0, 1, 2] and out[1][2].tolist() == [-5, -6, -7, -8, -9]
+    assert [p for *_, p in out] == [0.25, 0.75]
+    assert [p for *_, p in window_logits(wins, start, end)] == [None, None]

@@ -172,13 +172,18 @@ class MRCPredictor:
             n = len(self.models)
             # P(answerable) only when every member has the classifier (else the null rule alone decides)
             prob = torch.stack(probs).sum(0) if len(probs) == n else None
-            for j, w in enumerate(chunk):
-                T = len(w.input_ids)
-                yield (w, (start[j, :T] / n).numpy(), (end[j, :T] / n).numpy(),
-                       float(prob[j] / n) if prob is not None else None)
+            yield from window_logits(chunk, start / n, end / n, prob / n if prob is not None else None)
             done += len(chunk)
             if getattr(self, "on_progress", None) is not None:
                 self.on_progress(done, len(windows))
+
+
+def window_logits(windows: Sequence[Window], start: torch.Tensor, end: torch.Tensor,
+                  p_answerable: Optional[torch.Tensor] = None) -> list[tuple]:
+    """The input of `decode` for one batch of windows: per window (window, start logits (T,), end logits (T,),
+    P(answerable) or None), the batch's (B, T') float CPU logits cut to the window's T tokens."""
+    return [(w, start[j, :len(w.input_ids)].numpy(), end[j, :len(w.input_ids)].numpy(),
+             float(p_answerable[j]) if p_answerable is not None else None) for j, w in enumerate(windows)]
 
 
 def _verifier_of(model, verifier):
