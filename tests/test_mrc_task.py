@@ -262,19 +262,6 @@ def test_decode_lists_each_answer_text_once():
     assert len(texts) == len(set(texts)) and (r["nbest"][0]["start"], r["nbest"][0]["end"]) == (0, 2)
 
 
-def test_the_mrc_package_exports_the_names_of_the_old_module():
-    """tasks/mrc.py became a package (predictor, decoding, ensemble, thresholds, training, scoring); what the
-    one module offered is still importable from bertfam.tasks.mrc."""
-    import bertfam.tasks.mrc as mrc
-
-    names = ("NO_ANSWER DEFAULT_NULL_THRESHOLD DEFAULT_ANSWERABLE_THRESHOLD DEFAULT_MAX_ANSWER_LENGTH MRCPredictor "
-             "VotingEnsemble same_tokenizer decode answered load_predictor predictor_from_models predict_examples "
-             "tune_thresholds tune_on_raw save_thresholds load_span_model train_mrc score_examples").split()
-    assert [n for n in names if not hasattr(mrc, n)] == []
-    assert (mrc.DEFAULT_NULL_THRESHOLD, mrc.DEFAULT_ANSWERABLE_THRESHOLD, mrc.DEFAULT_MAX_ANSWER_LENGTH) == \
-        (MRCSettings.null_threshold, MRCSettings.answerable_threshold, MRCSettings.max_answer_length)
-
-
 def test_window_logits_cut_each_window_to_its_tokens():
     from bertfam.tasks.mrc import window_logits
 
@@ -286,3 +273,16 @@ def test_window_logits_cut_each_window_to_its_tokens():
     assert out[0][1].tolist() == [0, 1, 2] and out[1][2].tolist() == [-5, -6, -7, -8, -9]
     assert [p for *_, p in out] == [0.25, 0.75]
     assert [p for *_, p in window_logits(wins, start, end)] == [None, None]
+
+
+def test_the_mrc_package_exports_the_names_of_the_old_module():
+    """tasks/mrc.py became a package (predictor, decoding, ensemble, thresholds, training, scoring); what the
+    one module offered is still importable from bertfam.tasks.mrc."""
+    import bertfam.tasks.mrc as mrc
+
+    names = ("NO_ANSWER DEFAULT_NULL_THRESHOLD DEFAULT_ANSWERABLE_THRESHOLD DEFAULT_MAX_ANSWER_LENGTH MRCPredictor "
+             "VotingEnsemble same_tokenizer decode answered load_predictor predictor_from_models predict_examples "
+             "tune_thresholds tune_on_raw save_thresholds load_span_model train_mrc score_examples").split()
+    assert [n for n in names if not hasattr(mrc, n)] == []
+    assert (mrc.DEFAULT_NULL_THRESHOLD, mrc.DEFAULT_ANSWERABLE_THRESHOLD, mrc.DEFAULT_MAX_ANSWER_LENGTH) == \
+        (MRCSettings.null_threshold, MRCSettings.answerable_threshold, MRCSettings.max_answer_length)

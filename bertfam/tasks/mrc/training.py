@@ -19,8 +19,7 @@ log = logging.getLogger("bertfam")
 
 def load_span_model(spec: str, vocab: Optional[str] = None, seed: int = 0):
     """A span model from a checkpoint directory (new span head if it has another head), or a preset
-    name (random weights) with a vocabulary (`tokenization.tokenizer_from`: a vocab.txt or a tokenizer
-    directory; with a checkpoint directory it replaces the checkpoint's tokenizer)."""
+    name (random weights) with a vocabulary file."""
     import os
 
     from ...config import HeadConfig, preset
