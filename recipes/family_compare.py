@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import json
 import os
+import random
 import shlex
 import statistics
 import subprocess
@@ -39,7 +40,6 @@ START = time.monotonic()
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "recipes"))
 import doc_section  # noqa: E402  (recipes/doc_section.py)
-from bertfam.data.splits import dev_split  # noqa: E402
 
 OBJECTIVES = ("bert", "roberta", "ernie", "albert")
 TASKS = ("chnsenticorp", "tnews", "cluener", "mrc")
@@ -204,11 +204,12 @@ def split_lines(src: str, train: str, dev: str, n_dev: int, seed: int) -> None:
     """A seeded split of a JSON-lines file: n_dev lines (at most a fifth) to `dev`, the rest, in their
     order, to `train`."""
     lines = [l for l in open(src, encoding="utf-8") if l.strip()]
-    parts = dev_split(lines, seed=seed, n_dev=min(n_dev, max(1, len(lines) // 5)))
-    for path, part in zip((train, dev), parts):
+    n_dev = min(n_dev, max(1, len(lines) // 5))
+    pick = set(random.Random(seed).sample(range(len(lines)), n_dev))
+    for path, keep in ((train, False), (dev, True)):
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(part)
+            f.writelines(l for i, l in enumerate(lines) if (i in pick) == keep)
         os.replace(tmp, path)
 
 

@@ -1,9 +1,10 @@
 """Dev splits: the one seeded train / dev splitter of the package.
 
 Fine-tuning's carved dev set (`runners.finetune.split_train_dev`, `--dev-ratio`; recipes/glue_split.py uses
-the same rule), MRC's by-passage split (`data.mrc.split_examples`, `mrc train --dev-fraction`), the
-multimodal runs' evaluation split (`multimodal.runs.split_eval`) and recipes/family_compare.py's fixed-size
-TNEWS dev set are all `dev_split` with their own counts and keys.
+the same rule) and MRC's by-passage split (`data.mrc.split_examples`, `mrc train --dev-fraction`) are
+`dev_split` with their own counts and keys. Two draws stay their own because measured results were split
+with them and must reproduce: the multimodal runs' evaluation split (`multimodal.runs.split_eval`, numpy)
+and recipes/family_compare.py's TNEWS dev set (`random.sample`).
 """
 from __future__ import annotations
 
