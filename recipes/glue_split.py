@@ -10,9 +10,11 @@ official), which has its own dev.tsv. bertfam and the transformers baseline then
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bertfam.data.splits import dev_split  # noqa: E402
 
 CARVE = {"SST-2": ("train.tsv", True), "CoLA": ("train.tsv", False), "STS-B": ("train.tsv", True),
          "MRPC": ("msr_paraphrase_train.txt", True)}  # folder: (training file, has a header line)
@@ -21,10 +23,7 @@ RATIO, SEED = 0.1, 42
 
 
 def carve(lines: list[str]) -> tuple[list[str], list[str]]:
-    idx = list(range(len(lines)))
-    random.Random(SEED).shuffle(idx)
-    n_dev = max(1, int(round(len(lines) * RATIO)))
-    return [lines[i] for i in sorted(idx[n_dev:])], [lines[i] for i in sorted(idx[:n_dev])]
+    return dev_split(lines, RATIO, SEED, min_dev=1)  # runners.finetune.split_train_dev's call
 
 
 def write(path: str, lines: list[str]) -> None:

@@ -3,6 +3,7 @@ end to end (tiny random model: train a few steps -> predict -> evaluate -> ensem
 import json
 import math
 import os
+from collections import namedtuple
 
 import numpy as np
 import pytest
@@ -259,6 +260,19 @@ def test_decode_lists_each_answer_text_once():
     r = decode([(w, s, e, None)], passage, n_best=10, max_answer_length=2)
     texts = [c["text"] for c in r["nbest"]]
     assert len(texts) == len(set(texts)) and (r["nbest"][0]["start"], r["nbest"][0]["end"]) == (0, 2)
+
+
+def test_window_logits_cut_each_window_to_its_tokens():
+    from bertfam.tasks.mrc import window_logits
+
+    W = namedtuple("W", "input_ids")
+    wins = [W([1, 2, 3]), W([1, 2, 3, 4, 5])]
+    start, end = torch.arange(10.0).view(2, 5), -torch.arange(10.0).view(2, 5)
+    out = window_logits(wins, start, end, torch.tensor([0.25, 0.75]))
+    assert [w for w, *_ in out] == wins
+    assert out[0][1].tolist() == [0, 1, 2] and out[1][2].tolist() == [-5, -6, -7, -8, -9]
+    assert [p for *_, p in out] == [0.25, 0.75]
+    assert [p for *_, p in window_logits(wins, start, end)] == [None, None]
 
 
 def test_the_mrc_package_exports_the_names_of_the_old_module():

@@ -2,7 +2,10 @@ import pytest
 import transformers as T
 
 from bertfam import Tokenizer
-from bertfam.errors import TokenizerError
+from bertfam.errors import ConfigError, TokenizerError
+from bertfam.tokenization import tokenizer_from
+
+from .conftest import ZH_VOCAB
 
 TEXTS = [
     "我爱北京天安门，今天天气很好。",
@@ -21,8 +24,6 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def toks(tmp_path_factory):
     import shutil
-
-    from .conftest import ZH_VOCAB
 
     d = tmp_path_factory.mktemp("zhvocab")
     shutil.copy(ZH_VOCAB, d / "vocab.txt")
@@ -144,3 +145,13 @@ def test_len_decode_batch_decode_and_return_tensors_as_transformers(toks):
     assert isinstance(ours(TEXTS[:2], return_tensors="np")["input_ids"], np.ndarray)
     with pytest.raises(ValueError, match="return_tensors must be 'pt', 'np' or None, got 'tf'"):
         ours("好", return_tensors="tf")
+
+
+def test_tokenizer_from_a_vocab_file_or_a_directory(tmp_path):
+    from_file = tokenizer_from(ZH_VOCAB)
+    assert from_file.get_vocab() == Tokenizer.from_vocab(ZH_VOCAB).get_vocab()
+    from_file.save_pretrained(str(tmp_path / "tok"))
+    from_dir = tokenizer_from(str(tmp_path / "tok"))
+    assert from_dir.encode("今天天气很好") == from_file.encode("今天天气很好")
+    with pytest.raises(ConfigError, match="vocabulary file or tokenizer directory not found"):
+        tokenizer_from(str(tmp_path / "missing.txt"))

@@ -243,14 +243,10 @@ def test_unpad_repad_roundtrip():
 
 
 def test_length_grouped_prediction_keeps_order():
-    from bertfam.modeling.inference import prediction_batches, predict_grouped
+    """predict_grouped runs on data.batching.length_batches (tests/test_batching.py) in inference mode."""
+    from bertfam.modeling.inference import predict_grouped
 
     lengths = [5, 50, 7, 49, 6, 51, 8]
-    batches = prediction_batches(lengths, batch_size=3)
-    assert sorted(i for b in batches for i in b) == list(range(7))
-    assert [[lengths[i] for i in b] for b in batches] == [[51, 50, 49], [8, 7, 6], [5]]
-    capped = prediction_batches(lengths, batch_size=3, max_tokens=100)  # 2 x 51 fits, 3 x 51 does not
-    assert max(len(b) * max(lengths[i] for i in b) for b in capped) <= 100
     seen_modes = []
 
     def fn(idx):

@@ -295,21 +295,12 @@ def _unique_names(paths: Sequence[str]) -> list[str]:
 
 def split_examples(examples: list[MRCExample], dev_fraction: float, seed: int = 0
                    ) -> tuple[list[MRCExample], list[MRCExample]]:
-    """Hold out a dev split by passage (questions on one passage stay together), stratified by source."""
-    import random
+    """Hold out a dev split by passage (questions on one passage stay together), stratified by source
+    (`splits.dev_split`; both parts in the shuffled order of the passages)."""
+    from .splits import dev_split
 
-    by_source: dict[str, dict[str, list[MRCExample]]] = {}
-    for ex in examples:
-        by_source.setdefault(ex.source, {}).setdefault(ex.context, []).append(ex)
-    rng = random.Random(seed)
-    train, dev = [], []
-    for src in sorted(by_source):
-        groups = list(by_source[src].values())
-        rng.shuffle(groups)
-        n_dev = round(len(groups) * dev_fraction)
-        for i, g in enumerate(groups):
-            (dev if i < n_dev else train).extend(g)
-    return train, dev
+    return dev_split(examples, dev_fraction, seed, group=lambda ex: ex.context, stratify=lambda ex: ex.source,
+                     shuffled=True)
 
 
 def write_squad(examples: Iterable[MRCExample], path: str) -> None:

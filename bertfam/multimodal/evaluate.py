@@ -108,23 +108,23 @@ def evaluate_video(model, instances: list[dict], masker, pad_id: int, batch_size
 # ---------------------------------------------------------------- fine-tuned tasks
 @torch.no_grad()
 def predict_qa(model, records, tok, max_length: int = 128, doc_stride: int = 32, batch_size: int = 32) -> dict:
-    """{id: best answer text} (decoding shared with bertfam's MRC: bertfam.tasks.mrc.decode)."""
-    from ..tasks.mrc import decode
+    """{id: best answer text}, decoded as bertfam's MRC decodes (bertfam.tasks.mrc: `window_logits`, then
+    `decode` with the model's head.mrc n-best, answer length and extension, MRCPredictor's defaults)."""
+    from ..tasks.mrc import decode, window_logits
 
+    settings = model.config.head.mrc_settings
     examples, mrc = qa_windows(records, tok, max_length, doc_stride, with_labels=False)
     per: dict[int, list] = {}
-    i = 0
-    for b in _batches(examples, QACollator(tok.pad_token_id, with_labels=False), batch_size, _device(model)):
+    collate = QACollator(tok.pad_token_id, with_labels=False)
+    for k, b in enumerate(_batches(examples, collate, batch_size, _device(model))):
         o = model(**b)
-        for j in range(o.start_logits.shape[0]):
-            w = examples[i]["window"]
-            T = len(w.input_ids)
-            per.setdefault(w.example_index, []).append((w, o.start_logits[j, :T].float().cpu().numpy(),
-                                                        o.end_logits[j, :T].float().cpu().numpy(), None))
-            i += 1
+        windows = [ex["window"] for ex in examples[k * batch_size:(k + 1) * batch_size]]
+        for scored in window_logits(windows, o.start_logits.float().cpu(), o.end_logits.float().cpu()):
+            per.setdefault(scored[0].example_index, []).append(scored)
     out = {}
     for k, ex in enumerate(mrc):
-        res = decode(per.get(k, []), ex["context"], n_best=5, max_answer_length=30)
+        res = decode(per.get(k, []), ex["context"], settings.n_best, settings.max_answer_length,
+                     settings.answer_extension)
         out[ex["id"]] = res["nbest"][0]["text"] if res["nbest"] else ""
     return out
 

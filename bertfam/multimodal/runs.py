@@ -38,14 +38,10 @@ def run_train_config(out_dir: str, train: Optional[TrainConfig]) -> TrainConfig:
 
 def load_run_tokenizer(vocab: Optional[str], init: Optional[str]):
     """The tokenizer of a run: --vocab (vocab.txt or a tokenizer directory), else the --init checkpoint's."""
-    from ..tokenization import Tokenizer
+    from ..tokenization import Tokenizer, tokenizer_from
 
     if vocab:
-        if os.path.isdir(vocab):
-            return Tokenizer.from_pretrained(vocab)
-        if not os.path.isfile(vocab):
-            raise ConfigError(f"{vocab}: vocabulary file or tokenizer directory not found")
-        return Tokenizer.from_vocab(vocab)
+        return tokenizer_from(vocab)
     has_tok = init and os.path.isdir(init) and any(os.path.isfile(os.path.join(init, f))
                                                    for f in ("tokenizer.json", "vocab.txt"))
     if has_tok:
@@ -72,7 +68,8 @@ def write_report(out_dir: str, report: LoadReport, extra: Optional[dict] = None)
 
 
 def split_eval(items: list, eval_fraction: float, seed: int) -> tuple[list, list]:
-    """(train, eval) drawn with `seed`; at least two evaluation items where there are four or more."""
+    """(train, eval) drawn with `seed`; at least two evaluation items where there are four or more. Its own
+    numpy draw, not data.splits.dev_split's: the measured multimodal runs were split this way."""
     if not 0 <= eval_fraction < 1:
         raise ConfigError(f"eval fraction must be in [0, 1), got {eval_fraction}")
     order = np.random.default_rng(seed).permutation(len(items))

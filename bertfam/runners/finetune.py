@@ -22,6 +22,7 @@ from typing import ClassVar, Optional, Sequence, Union
 from ..checkpoint import from_pretrained, load_config, read_weights
 from ..config import CustomTaskSettings, FinetuneSettings, check_max_length, fit_max_length
 from ..data.labelled import Example
+from ..data.splits import dev_split
 from ..errors import ConfigError, DataError
 from ..modeling.optimize import optimize_for_inference
 from ..tasks.decoding import tags_to_spans
@@ -84,15 +85,12 @@ def task_from_config(cfg) -> TaskSpec:
 
 
 def split_train_dev(examples: list, ratio: float, seed: int) -> tuple[list, list]:
-    """A seeded random dev split carved from the training examples."""
+    """A seeded random dev split carved from the training examples (at least one; both parts in file order)."""
     if not 0 < ratio < 1:
         raise ConfigError(f"dev ratio must be in (0, 1), got {ratio}")
     if len(examples) < 2:
         raise DataError("need at least 2 training examples to carve a dev split")
-    idx = list(range(len(examples)))
-    random.Random(seed).shuffle(idx)
-    n_dev = max(1, int(round(len(examples) * ratio)))
-    return [examples[i] for i in sorted(idx[n_dev:])], [examples[i] for i in sorted(idx[:n_dev])]
+    return dev_split(examples, ratio, seed, min_dev=1)
 
 
 def _known_labels_only(examples: list, spec: TaskSpec, labels: list, what: str) -> list:

@@ -25,7 +25,7 @@ from ..modeling import build_model
 from ..objectives.collator import PretrainCollator
 from ..objectives.masking import IGNORE, MaskingConfig
 from ..objectives.pipeline import OBJECTIVES, DataConfig, build_instances, make_masker
-from ..tokenization import Tokenizer
+from ..tokenization import tokenizer_from
 from ..training import TrainConfig, Trainer, TrainerCallback
 from ..utils import atomic_write_text
 from .options import RunOptions
@@ -99,11 +99,7 @@ def load_tokenizer(pc: PretrainConfig):
         src = pc.init
     if src is None:
         raise ConfigError("give --vocab (vocab.txt or tokenizer directory) or --init DIR with a tokenizer")
-    if os.path.isdir(src):
-        return Tokenizer.from_pretrained(src)
-    if not os.path.isfile(src):
-        raise ConfigError(f"{src}: vocabulary file not found")
-    return Tokenizer.from_vocab(src)
+    return tokenizer_from(src)
 
 
 def build_pretraining_model(pc: PretrainConfig, tokenizer):

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..config import FinetuneSettings
+from ..data.batching import length_batches
 from ..data.labelled import Example
 from ..errors import DataError
 from ..modeling.optimize import optimize_for_inference
@@ -195,11 +196,9 @@ class FeatureBuilder:
         device = next(model.parameters()).device
         was = model.training
         optimize_for_inference(model).eval()  # safe on a model still in training: grad mode runs plain
-        order = sorted(range(len(feats)), key=lambda i: -feats[i]["length"])  # little padding
         out: list = [None] * len(feats)
-        with Progress(len(order), "predict", unit="inputs", enabled=progress) as bar:
-            for s in range(0, len(order), batch_size):
-                idx = order[s:s + batch_size]
+        with Progress(len(feats), "predict", unit="inputs", enabled=progress) as bar:
+            for idx in length_batches(lengths(feats), batch_size):  # longest first: little padding
                 batch = self.collate([dict(feats[i], labels=None) for i in idx])
                 batch = {k: v.to(device) for k, v in batch.items()}
                 logits = model(**batch).logits.float().cpu()

@@ -1,1 +1,1 @@
-from .tokenizer import Tokenizer, train_vocab  # noqa: F401
+from .tokenizer import Tokenizer, tokenizer_from, train_vocab  # noqa: F401

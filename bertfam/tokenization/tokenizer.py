@@ -14,7 +14,7 @@ from typing import Optional, Sequence, Union
 from tokenizers import AddedToken, Tokenizer as HFTokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordPiece
 
-from ..errors import TokenizerError
+from ..errors import ConfigError, TokenizerError
 from ..utils import atomic_write_text
 
 SPECIAL_KEYS = ("unk_token", "cls_token", "sep_token", "pad_token", "mask_token")
@@ -260,6 +260,17 @@ class Tokenizer:
             for k in list(out):
                 out[k] = out[k][0]
         return out
+
+
+def tokenizer_from(path: str) -> Tokenizer:
+    """The tokenizer a `--vocab` names: a tokenizer or model directory (`Tokenizer.from_pretrained`), or a
+    vocabulary file (vocab.txt, BERT WordPiece, lowercased: `Tokenizer.from_vocab`). ConfigError when
+    `path` is neither."""
+    if os.path.isdir(path):
+        return Tokenizer.from_pretrained(path)
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: vocabulary file or tokenizer directory not found")
+    return Tokenizer.from_vocab(path)
 
 
 def _as_list(x) -> list:

@@ -1,6 +1,7 @@
 """Extractive reading comprehension (DuReader / CMRC / SQuAD 2.0), one module per job:
 
-- `predictor`: `MRCPredictor` (windows -> forward -> decode -> the no-answer rule);
+- `predictor`: `MRCPredictor` (windows -> forward -> decode -> the no-answer rule), `window_logits` (a
+  batch's logits -> the input of `decode`);
 - `decoding`: `decode` (n-best spans over a question's windows), `answered` (the no-answer rule);
 - `ensemble`: `VotingEnsemble`, `load_predictor`, `predictor_from_models`;
 - `thresholds`: `tune_thresholds`, `tune_on_raw`, `save_thresholds`;
@@ -13,7 +14,7 @@ where each default is defined). Every public name is importable from `bertfam.ta
 from .decoding import (DEFAULT_ANSWERABLE_THRESHOLD, DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_NULL_THRESHOLD,  # noqa: F401
                        NO_ANSWER, answered, decode)
 from .ensemble import VotingEnsemble, load_predictor, predictor_from_models  # noqa: F401
-from .predictor import MRCPredictor, same_tokenizer  # noqa: F401
+from .predictor import MRCPredictor, same_tokenizer, window_logits  # noqa: F401
 from .scoring import predict_examples, score_examples  # noqa: F401
 from .thresholds import save_thresholds, tune_on_raw, tune_thresholds  # noqa: F401
 from .training import load_span_model, train_mrc  # noqa: F401

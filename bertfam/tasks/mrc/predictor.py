@@ -10,6 +10,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
+from ...data.batching import length_batches
 from ...data.mrc_windows import Window, build_windows, collate_windows
 from ...errors import ConfigError, DataError
 from ...modeling.optimize import optimize_for_inference
@@ -150,11 +151,11 @@ class MRCPredictor:
 
     def _forward(self, windows: list[Window]):
         """Yield (window, start logits (T,), end logits (T,), P(answerable)) averaged over the models."""
-        order = sorted(range(len(windows)), key=lambda k: len(windows[k].input_ids))  # less padding
         pad = self.tokenizer.pad_token_id or 0
-        for b in range(0, len(order), self.batch_size):
+        done = 0
+        for idx in length_batches([len(w.input_ids) for w in windows], self.batch_size, longest_first=False):
             check_interrupt()  # a served request that has gone stops here, between model calls
-            chunk = [windows[k] for k in order[b:b + self.batch_size]]
+            chunk = [windows[k] for k in idx]  # shortest first: less padding
             batch = collate_windows(chunk, pad, with_labels=False)
             start = end = None
             probs = []
@@ -171,12 +172,18 @@ class MRCPredictor:
             n = len(self.models)
             # P(answerable) only when every member has the classifier (else the null rule alone decides)
             prob = torch.stack(probs).sum(0) if len(probs) == n else None
-            for j, w in enumerate(chunk):
-                T = len(w.input_ids)
-                yield (w, (start[j, :T] / n).numpy(), (end[j, :T] / n).numpy(),
-                       float(prob[j] / n) if prob is not None else None)
+            yield from window_logits(chunk, start / n, end / n, prob / n if prob is not None else None)
+            done += len(chunk)
             if getattr(self, "on_progress", None) is not None:
-                self.on_progress(b + len(chunk), len(order))
+                self.on_progress(done, len(windows))
+
+
+def window_logits(windows: Sequence[Window], start: torch.Tensor, end: torch.Tensor,
+                  p_answerable: Optional[torch.Tensor] = None) -> list[tuple]:
+    """The input of `decode` for one batch of windows: per window (window, start logits (T,), end logits (T,),
+    P(answerable) or None), the batch's (B, T') float CPU logits cut to the window's T tokens."""
+    return [(w, start[j, :len(w.input_ids)].numpy(), end[j, :len(w.input_ids)].numpy(),
+             float(p_answerable[j]) if p_answerable is not None else None) for j, w in enumerate(windows)]
 
 
 def _verifier_of(model, verifier):

@@ -24,18 +24,18 @@ def load_span_model(spec: str, vocab: Optional[str] = None, seed: int = 0):
     from ...config import HeadConfig, preset
     from ...checkpoint import from_pretrained
     from ...modeling import build_model
-    from ...tokenization import Tokenizer
+    from ...tokenization import tokenizer_from
 
     if os.path.isdir(spec):
         model = from_pretrained(spec, task="span", seed=seed, answerability=True, dequantize=True)
         if vocab:
-            model.tokenizer = Tokenizer.from_vocab(vocab)
+            model.tokenizer = tokenizer_from(vocab)
         if model.tokenizer is None:
             raise ConfigError(f"{spec}: no tokenizer in the model directory; give --vocab")
         return model
     if not vocab:
         raise ConfigError(f"{spec}: not a model directory; a preset name needs --vocab VOCAB.txt")
-    tok = Tokenizer.from_vocab(vocab)
+    tok = tokenizer_from(vocab)
     model = build_model(preset(spec, vocab_size=tok.vocab_size, head=HeadConfig(task="span")), seed=seed)
     model.tokenizer = tok
     return model

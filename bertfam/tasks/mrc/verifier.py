@@ -26,6 +26,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from ...data.batching import length_batches
 from ...errors import CheckpointError, ConfigError
 from ...modeling.int8 import is_int8
 from ...modeling.optimize import optimize_for_inference
@@ -76,10 +77,8 @@ class CosineVerifier(Verifier):
     @torch.inference_mode()
     def _embed(self, texts: list[str], max_length: int) -> np.ndarray:
         """(N, H) unit-length mean-pooled last-layer vectors; batches sorted by length (less padding)."""
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out: list[Optional[np.ndarray]] = [None] * len(texts)
-        for b in range(0, len(order), self.batch_size):
-            idx = order[b:b + self.batch_size]
+        for idx in length_batches([len(t) for t in texts], self.batch_size, longest_first=False):
             enc = self.tokenizer([texts[i] for i in idx], None, max_length=max_length, truncation=True,
                                  padding="longest")
             h = self.model.backbone(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]).last_hidden_state
