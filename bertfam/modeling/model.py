@@ -227,6 +227,9 @@ def build_model(cfg: ModelConfig, seed: Optional[int] = None) -> TaskModel:
     return TaskModel(cfg).init_weights(seed)
 
 
+_SAID_MISSING: set = set()  # (model home, side directory) already warned about
+
+
 def _copy_side_directories(cfg: ModelConfig, home: Optional[str], path: str) -> None:
     """The directories the head says belong to it (HeadConfig.side_directories, next to config.json) go with
     the model; a required one that is missing is a warning."""
@@ -237,7 +240,8 @@ def _copy_side_directories(cfg: ModelConfig, home: Optional[str], path: str) -> 
     for name, required in cfg.head.side_directories():
         src, dst = os.path.join(home, name), os.path.join(path, name)
         if not os.path.isdir(src):
-            if required:
+            if required and (home, name) not in _SAID_MISSING:  # once: a training run saves many checkpoints
+                _SAID_MISSING.add((home, name))
                 log.warning("%s: the model's %s directory is not there; %s is written without it", home, name, path)
         elif os.path.abspath(src) != os.path.abspath(dst):
             shutil.copytree(src, dst, dirs_exist_ok=True)

@@ -103,7 +103,8 @@ def train_mrc(model, train_examples: Sequence, out_dir: str, dev_examples: Seque
 def _training_verifier(model):
     """The verifier the model's head.mrc names, loaded once for the dev evaluations, or False (no verifier)
     when it names none or it is not there: a reader trains without one, and its dev scores then use the
-    reader's own no-answer tests (said once, here, not as an error after the first epoch)."""
+    reader's own no-answer tests (said once, here, not as an error after the first epoch). The trained model
+    still names it, so that `bertfam mrc build-verifier` can build it there."""
     from .verifier import load_verifier
 
     name = model.config.head.mrc_settings.verifier
@@ -112,10 +113,8 @@ def _training_verifier(model):
     home = getattr(model, "name_or_path", None)
     if home is None or not os.path.isdir(os.path.join(home, name)):
         log.warning("%s: the model's verifier (head.mrc.verifier %r) is not there; dev evaluations during "
-                    "training score the reader alone, and the trained model names no verifier "
-                    "(`bertfam mrc build-verifier` adds one)", home or "the model", name)
-        head = model.config.head
-        model.config.head = dataclasses.replace(head, mrc=dataclasses.replace(head.mrc_settings, verifier=None))
+                    "training score the reader alone (`bertfam mrc build-verifier OUT` builds it for the trained "
+                    "model)", home or "the model", name)
         return False
     return load_verifier(os.path.join(home, name))
 
