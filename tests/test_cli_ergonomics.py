@@ -83,7 +83,7 @@ def test_blank_question_or_passage_for_mrc_ask_is_an_error(capsys, tmp_path):
 
 
 def test_mrc_train_summary_table_names_each_f1():
-    from bertfam.commands.mrc import summary_table
+    from bertfam.runners.mrc import summary_table
 
     t = summary_table({"steps": 40, "train_questions": 100, "train_windows": 130,
                        "last_eval": {"step": 40, "f1": 0.0, "em": 0.0, "questions": 50},

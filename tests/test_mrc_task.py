@@ -235,6 +235,25 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert "no config.json" in capsys.readouterr().err
 
 
+def test_train_runner_runs_from_a_config_without_the_cli(tmp_path, tok):
+    """`mrc train` is runners.mrc.run_mrc_train of an MRCTrainConfig: a library caller gets the same run."""
+    from bertfam.runners.mrc import MRCTrainConfig, run_mrc_train
+
+    base, out = str(tmp_path / "base"), str(tmp_path / "run")
+    tiny_span_model(tok).save_pretrained(base, tokenizer=tok)
+    cfg = MRCTrainConfig(model=base, train_files=[os.path.join(MRC, "cmrc2018_trial_cut.json")], out=out,
+                         dev_fraction=0.5, max_length=64, doc_stride=16, eval_limit=2,
+                         train=MRCTrainConfig.default_train(max_steps=2, batch_size=8, progress=False))
+    assert MRCTrainConfig.from_dict(cfg.to_dict()) == cfg
+    summary = run_mrc_train(cfg)
+    assert summary["steps"] == 2 and summary["written"].startswith(f"wrote {out} (")
+    saved = json.load(open(os.path.join(out, "mrc_train_summary.json")))
+    assert saved["steps"] == 2 and [s["kept"] for s in saved["sources"]] == [6] and "written" not in saved
+    head = json.load(open(os.path.join(out, "config.json")))["head"]
+    assert head["task"] == "span" and (head["mrc"]["max_length"], head["mrc"]["doc_stride"]) == (64, 16)
+    assert os.path.isfile(os.path.join(out, "dev_heldout.json"))  # no dev file: half the passages held out
+
+
 def test_models_with_different_tokenizers_fall_back_to_voting(tok):
     from bertfam import ConfigError
     from bertfam.tasks.mrc import predictor_from_models

@@ -129,7 +129,7 @@ def test_mrc_defaults_are_defined_once():
 
     subs = [importlib.import_module(f"bertfam.tasks.mrc.{n}") for n in
             ("predictor", "decoding", "ensemble", "thresholds", "training", "scoring")]
-    for mod in (*subs, mrc_cmd, bertfam.tasks.pipelines):
+    for mod in (*subs, mrc_cmd, importlib.import_module("bertfam.runners.mrc"), bertfam.tasks.pipelines):
         src = inspect.getsource(mod)
         assert "384" not in src and "get(\"max_length\"" not in src, mod.__name__
 

