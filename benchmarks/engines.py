@@ -16,7 +16,6 @@ An engine that cannot run here (a library missing, bertfam's int8 path not there
 """
 from __future__ import annotations
 
-import inspect
 import os
 import time
 
@@ -68,19 +67,6 @@ def spin() -> bool:
 
 
 # ----------------------------------------------------------------------------- availability
-def bertfam_int8_missing() -> str | None:
-    """Why bertfam's int8 path cannot be used here, or None when optimize_for_inference takes int8=.
-
-    The parameter must be named: optimize_for_inference's **compile_kwargs would swallow int8=True
-    silently (and change nothing) before the int8 path exists."""
-    from bertfam.modeling.optimize import optimize_for_inference
-
-    if "int8" not in inspect.signature(optimize_for_inference).parameters:
-        return ("bertfam.modeling.optimize.optimize_for_inference does not take int8= yet "
-                "(bertfam/modeling/int8.py has not landed)")
-    return None
-
-
 def library_missing(engine: str) -> str | None:
     """Why the libraries an engine needs do not import, or None."""
     mods = {"onnxruntime": ["onnxruntime"], "onnxruntime-int8": ["onnxruntime", "onnxruntime.quantization"],
@@ -92,8 +78,6 @@ def library_missing(engine: str) -> str | None:
         except Exception as e:  # ImportError, or a library that fails while importing
             hint = " (pip install -e '.[bench]')" if m in ("openvino", "nncf") else ""
             return f"{m} does not import: {type(e).__name__}: {str(e)[:200]}{hint}"
-    if engine == "bertfam-int8":
-        return bertfam_int8_missing()
     return None
 
 
@@ -266,9 +250,6 @@ def load_hidden(engine: str, d: str):
 
 def quantize_bertfam(model):
     """optimize_for_inference(model, int8=True), checked: it must have replaced nn.Linear layers."""
-    why = bertfam_int8_missing()
-    if why:
-        raise Unavailable(why)
     from bertfam.modeling.optimize import optimize_for_inference
 
     before = count_linear(model)

@@ -476,8 +476,7 @@ def main() -> int:
     res = {"limit": args.limit, "skipped": {}, "skipped_real": {},
            "environment": {"torch": torch.__version__, "transformers": transformers.__version__,
                            "onnxruntime": onnxruntime.__version__, **E.versions(), "threads": args.threads,
-                           "python": platform.python_version()},
-           "bertfam_int8": E.bertfam_int8_missing() or "available"}
+                           "python": platform.python_version()}}
     for key, model, dev in (("sst2", args.sst2_model, args.sst2_dev), ("mrc", args.mrc_model, args.mrc_dev)):
         missing = [p for p in (model, dev) if not os.path.exists(p)]
         if key not in sections:

@@ -1,6 +1,6 @@
 """Stage 5 data of the Chinese MRC model: DuReader-checklist in-domain questions.
 
-The issue asks to train on CMRC2018 + DuReader-robust + DuReader-checklist demo, holding out a part. The
+A training mix of CMRC2018 + DuReader-robust + the DuReader-checklist demo, holding out a part. The
 checklist demo (100 questions) is split by passage (seed 0) into a tuning half, used here, and a held-out
 half that no training step or threshold ever sees; `bertfam demo` reports the two halves separately.
 Checklist answers are long descriptive spans and its unanswerable questions are hard (same topic,
