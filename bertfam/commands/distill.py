@@ -1,4 +1,4 @@
-"""`bertfam distill`: TinyBERT general (--corpus) or task-specific (--task) distillation."""
+"""`bertfam distill`: TinyBERT general (--corpus) or task-specific (--task) distillation (runners.distill)."""
 from __future__ import annotations
 
 from .common import (add_checkpoint_args, add_grad_accum_arg, add_run_config, add_threads_arg, non_negative_float,
@@ -71,35 +71,20 @@ def _distill(args) -> int:
     _check(args)
     import json
 
-    from ..errors import ConfigError
-    from ..distill.pipeline import distill_general, distill_task
+    from ..runners.distill import DistillConfig, run_distill
 
     set_threads(args)
     tc = train_config(args)  # --epochs: general distillation's; the task stages have their own
-    lm = _layer_map(args.layer_map)
-    if args.corpus:
-        s = distill_general(args.teacher, args.student_config, args.corpus, args.out, max_length=args.max_length,
-                            mask_rate=args.mask_rate, layer_map=lm, projection=args.projection, train=tc)
-    else:
-        aug = None
-        if args.augment_mlm:
-            from ..distill.augment import MLMAugmenter
-            from ..checkpoint import from_pretrained
-
-            mlm = from_pretrained(args.augment_mlm)
-            tok = mlm.tokenizer
-            if tok is None:
-                raise ConfigError(f"{args.augment_mlm}: no tokenizer in the augmentation model directory")
-            aug = MLMAugmenter(mlm, tok, args.augment_top_k, args.augment_p, args.augment_n, args.max_length,
-                               args.seed).augment
-        s = distill_task(args.teacher, args.student_config, args.task, args.train, args.dev, args.out,
-                         max_length=args.max_length, epochs_intermediate=args.epochs_intermediate,
-                         epochs_prediction=args.epochs_prediction, temperature=args.temperature, layer_map=lm,
-                         projection=args.projection, augmenter=aug, max_train=args.max_train,
-                         max_dev=args.max_dev, train=tc)
-    from ..training.distributed import is_main_process
-
-    if is_main_process():  # under torchrun every rank ends here
-        print(json.dumps({k: v for k, v in s.items() if k != "final_eval"}, ensure_ascii=False, default=float))
-        print(f"wrote {args.out}")
+    cfg = DistillConfig(teacher=args.teacher, out=args.out, student_config=args.student_config, corpus=args.corpus,
+                        task=args.task, train_file=args.train, dev=args.dev, max_length=args.max_length,
+                        layer_map=_layer_map(args.layer_map), projection=args.projection,
+                        temperature=args.temperature, epochs_intermediate=args.epochs_intermediate,
+                        epochs_prediction=args.epochs_prediction, mask_rate=args.mask_rate,
+                        augment_mlm=args.augment_mlm, augment_n=args.augment_n, augment_p=args.augment_p,
+                        augment_top_k=args.augment_top_k, max_train=args.max_train, max_dev=args.max_dev, train=tc)
+    s = run_distill(cfg)
+    if "written" in s:  # the main process (under torchrun every rank ends here)
+        print(json.dumps({k: v for k, v in s.items() if k not in ("final_eval", "written")}, ensure_ascii=False,
+                         default=float))
+        print(f"wrote {s['written']}")
     return 0

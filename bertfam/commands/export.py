@@ -1,4 +1,4 @@
-"""`bertfam export --onnx DIR OUT.onnx [--int8]`."""
+"""`bertfam export --onnx DIR OUT.onnx [--int8]` (the job: runners.export)."""
 from __future__ import annotations
 
 from ..config import LOAD_TASKS, TASK_ALIASES
@@ -28,39 +28,16 @@ def register(sub) -> None:
 
 
 def _export(args) -> int:
-    import math
-    import os
-
     from ..errors import ConfigError
-    from ..export.onnx import export_onnx, onnx_session, verify_onnx
-    from ..checkpoint import from_pretrained
+    from ..runners.export import OnnxExportConfig, run_onnx_check, run_onnx_export
 
     src, out = args.onnx
-    if args.rtol is not None and not args.int8:
-        raise ConfigError("--rtol is for --int8 exports (a float export is checked with --atol)")
-    model = from_pretrained(src, task=args.task, load_tokenizer=False)
-    info = export_onnx(model, out, opset=args.opset, int8=args.int8)
-    print(f"wrote {out} (task {info['task'] or 'encoder'}; inputs {', '.join(info['inputs'])}; "
-          f"outputs {', '.join(info['outputs'])}; axes batch x sequence dynamic"
-          + (f"; int8, {os.path.getsize(out) / 1e6:.1f} MB)" if args.int8 else ")"))
-    if args.int8:
-        sess = onnx_session(out)  # the quantized graph must load, verified or not
-        if args.no_verify:
-            return 0
-        diffs = verify_onnx(out, model, session=sess, relative=True)
-        print(f"onnxruntime int8 vs PyTorch ({'bertfam int8' if model.config.quantization else 'float'}), max abs "
-              "difference / max abs output: "
-              + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
-        worst = max(diffs.values())
-        if not math.isfinite(worst) or (args.rtol is not None and worst > args.rtol):
-            raise ConfigError(f"{out}: onnxruntime int8 differs from PyTorch by {worst:.2e} of the largest output"
-                              + (f" (> --rtol {args.rtol})" if math.isfinite(worst) else ""))
-        return 0
-    if args.no_verify:
-        return 0
-    diffs = verify_onnx(out, model)
-    worst = max(diffs.values())
-    print("onnxruntime vs PyTorch, max abs difference: " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
-    if worst > args.atol:
-        raise ConfigError(f"{out}: onnxruntime differs from PyTorch by {worst:.2e} (> --atol {args.atol})")
+    exp = run_onnx_export(OnnxExportConfig(src=src, out=out, task=args.task, opset=args.opset, int8=args.int8,
+                                           verify=not args.no_verify, atol=args.atol, rtol=args.rtol))
+    print(exp.written)
+    line, error = run_onnx_check(exp)
+    if line:
+        print(line)
+    if error:
+        raise ConfigError(error)
     return 0

@@ -1,4 +1,4 @@
-"""Fine-tuning commands: finetune, evaluate, predict, glue, embed."""
+"""Fine-tuning commands: finetune, evaluate, predict, glue, embed (the jobs: runners.finetune, runners.embed)."""
 from __future__ import annotations
 
 import json
@@ -142,8 +142,9 @@ def _options(args):
 
 
 def _task(args):
+    from ..config import CustomTaskSettings
     from ..errors import ConfigError
-    from ..tasks.table import custom_task
+    from ..runners.finetune import custom_spec
 
     if args.task != "custom":
         for flag in ("text_cols", "label_col"):
@@ -154,7 +155,8 @@ def _task(args):
     if not cols and args.kind != "token":
         raise ConfigError("--task custom needs --text-cols (and --label-col)")
     kind = args.kind or ("pair" if cols and len(cols) == 2 else "single")
-    return custom_task(args.format, kind, cols or [], args.label_col, _csv(args.labels), not args.no_header)
+    return custom_spec(kind, CustomTaskSettings(format=args.format, text_cols=cols or [], label_col=args.label_col,
+                                                header=not args.no_header), _csv(args.labels))
 
 
 def _print_result(r: dict) -> None:
@@ -163,11 +165,10 @@ def _print_result(r: dict) -> None:
 
 def _finetune(args) -> int:
     from ..runners.finetune import finetune
-    from ..training.distributed import is_main_process
 
     set_threads(args)
     r = finetune(_task(args), args.model, args.train, args.dev, args.out, _options(args))
-    if is_main_process():  # under torchrun every rank gets here with the same result
+    if "written" in r:  # the main process (under torchrun every rank gets here with the same result)
         _print_result(r)
         # bertfam's one convention: metrics x 100 (0-100), as the GLUE/CLUE leaderboards print them; said so
         print(f"{r['task']}: dev {r['metric']} = {r['value']:.2f} on a 0-100 scale ({r['n_dev']} examples); "
@@ -197,26 +198,23 @@ def _predict(args) -> int:
 def _glue(args) -> int:
     from ..runners.finetune import run_glue
 
-    from ..training.distributed import is_main_process
-
     set_threads(args)
     table = run_glue(args.model, args.data, args.out, _options(args), tasks=_csv(args.tasks))
-    if is_main_process():
+    if table is not None:  # None on the other torchrun ranks
         print(table)
     return 0
 
 
 def _embed(args) -> int:
-    from ..tasks.embed import embed_file
-
     from ..errors import ConfigError
+    from ..runners.embed import EmbedConfig, run_embed
 
     try:
         layers = [int(x) for x in _csv(args.layers) or []]
     except ValueError:
         raise ConfigError(f"--layers: expected comma-separated integers, got {args.layers!r}") from None
-    for path in embed_file(args.model, args.input, args.out, layers=layers,
-                           pooling=_csv(args.pooling), tokens=args.tokens, max_length=args.max_length,
-                           batch_size=args.batch_size, int8=args.int8):
+    for path in run_embed(EmbedConfig(model=args.model, input=args.input, out=args.out, layers=layers,
+                                      pooling=_csv(args.pooling), tokens=args.tokens, max_length=args.max_length,
+                                      batch_size=args.batch_size, int8=args.int8)):
         print(f"wrote {path}")
     return 0

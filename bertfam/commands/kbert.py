@@ -1,6 +1,6 @@
 """`bertfam kbert show`: print the K-BERT sentence tree of a text (tokens, soft positions, visibility).
 
-Fine-tuning with a graph is `bertfam finetune --kg FILE[,FILE]`.
+The job is runners.kbert.run_kbert_show. Fine-tuning with a graph is `bertfam finetune --kg FILE[,FILE]`.
 """
 from __future__ import annotations
 
@@ -20,18 +20,8 @@ def register(sub) -> None:
 
 
 def _show(args) -> int:
-    from ..knowledge import KBertInputBuilder, KnowledgeGraph
-    from ..tokenization import Tokenizer
+    from ..runners.kbert import KBertShowConfig, run_kbert_show
 
-    kg = KnowledgeGraph.load(args.kg, max_entities=args.max_entities)
-    enc = KBertInputBuilder(Tokenizer.from_pretrained(args.tokenizer), kg, args.max_length)
-    print(f"graph: {len(kg)} subjects, {kg.num_triples} triples, {len(kg.skipped)} malformed lines skipped")
-    for text in args.text:
-        e = enc.encode(text)
-        toks = enc.tok.convert_ids_to_tokens(e["input_ids"])
-        print(f"\n{text}")
-        print(" ".join(f"{t}{'*' if inj else ''}/{p}" for t, p, inj in zip(toks, e["position_ids"], e["injected"])))
-        for t, row in zip(toks, e["visible_matrix"].int().tolist()):
-            print(f"  {''.join(map(str, row))}  {t}")
-    print(f"\n(* = injected, /n = soft position) {enc.stats}")
+    print(run_kbert_show(KBertShowConfig(kg=args.kg, tokenizer=args.tokenizer, texts=args.text,
+                                         max_length=args.max_length, max_entities=args.max_entities)))
     return 0

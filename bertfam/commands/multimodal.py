@@ -1,4 +1,6 @@
-"""`bertfam multimodal ...`: VisualBERT / VideoBERT / SpeechBERT-style members (bertfam.multimodal)."""
+"""`bertfam multimodal ...`: VisualBERT / VideoBERT / SpeechBERT-style members (bertfam.multimodal).
+
+Each sub-command turns its options into a `runners.multimodal` config and runs it there."""
 from __future__ import annotations
 
 import json
@@ -124,74 +126,66 @@ def is_model_config(value: str) -> bool:
 
 
 def _common(args) -> dict:
-    from ..multimodal.config import AudioConfig
-    from ..multimodal.runs import default_train
+    """The MultimodalRunConfig fields of the training commands' options."""
+    from ..runners.multimodal import MultimodalRunConfig
 
-    train = train_config(args, default_train())  # options left unset (None) keep the multimodal defaults
-    audio = AudioConfig(sample_rate=args.sample_rate, n_mels=args.n_mels, stack=args.stack, max_frames=args.max_frames)
-    kw = dict(vocab=args.vocab, config=args.model_config, init=args.init, manifest=args.manifest,
-              eval_fraction=args.eval_fraction, seed=args.seed, audio=audio, train=train, resume=args.resume)
-    if args.max_length:
-        kw["max_length"] = args.max_length
-    return kw
+    return dict(modality=args.modality, features=args.features, out=args.out, vocab=args.vocab,
+                model_config=args.model_config, init=args.init, manifest=args.manifest,
+                max_length=args.max_length, eval_fraction=args.eval_fraction, seed=args.seed, resume=args.resume,
+                sample_rate=args.sample_rate, n_mels=args.n_mels, stack=args.stack, max_frames=args.max_frames,
+                # options left unset (None) keep the multimodal defaults
+                train=train_config(args, MultimodalRunConfig.default_train()))
 
 
 def _report(summary: dict) -> int:
-    from ..training.distributed import is_main_process
-
-    if not is_main_process():  # under torchrun every rank ends here
-        return 0
-    print(json.dumps({k: v for k, v in summary.items() if k in ("steps", "epochs", "elapsed_s", "final_eval")},
-                     indent=2))
+    if "report" in summary:  # the main process (under torchrun every rank ends here)
+        print(json.dumps(summary["report"], indent=2))
     return 0
 
 
 def _vocab(args) -> int:
-    from ..multimodal.pretrain import fit_visual_vocab
+    from ..runners.multimodal import MultimodalVocabConfig, run_multimodal_vocab
 
-    info = fit_visual_vocab(args.features, args.out, args.size, args.manifest, args.seed, args.max_samples)
+    info = run_multimodal_vocab(MultimodalVocabConfig(features=args.features, out=args.out, size=args.size,
+                                                      manifest=args.manifest, seed=args.seed,
+                                                      max_samples=args.max_samples))
     print(f"wrote {args.out} ({info['size']} visual words of dimension {info['dim']} over {info['clips']} clips; "
           f"{info['unused_words']} unused)")
     return 0
 
 
 def _pretrain(args) -> int:
-    from ..multimodal.pretrain import pretrain_multimodal
+    from ..runners.multimodal import MultimodalPretrainConfig, run_multimodal_pretrain
 
+    cfg = MultimodalPretrainConfig(codebook=args.codebook, mask_rate=args.mask_rate,
+                                   mismatch_prob=args.mismatch_prob, **_common(args))
     set_threads(args)
-    return _report(pretrain_multimodal(args.modality, args.features, args.out, codebook=args.codebook,
-                                       mask_rate=args.mask_rate, mismatch_prob=args.mismatch_prob, **_common(args)))
+    return _report(run_multimodal_pretrain(cfg))
 
 
 def _finetune(args) -> int:
     check_window(args)  # only a --doc-stride the user gave is compared
-    from ..multimodal.finetune import finetune_multimodal
+    from ..runners.multimodal import MultimodalFinetuneConfig, run_multimodal_finetune
 
-    set_threads(args)
     stride = args.doc_stride if args.doc_stride is not None else 32
-    return _report(finetune_multimodal(args.modality, args.task, args.features, args.out, doc_stride=stride,
-                                       **_common(args)))
+    cfg = MultimodalFinetuneConfig(task=args.task, doc_stride=stride, **_common(args))
+    set_threads(args)
+    return _report(run_multimodal_finetune(cfg))
 
 
 def _eval(args) -> int:
-    from ..multimodal.evaluate import evaluate_multimodal
+    from ..runners.multimodal import MultimodalEvalConfig, run_multimodal_eval
 
-    print(json.dumps(evaluate_multimodal(args.model, args.features, args.manifest, max_length=args.max_length,
-                                         batch_size=args.batch_size), indent=2))
+    print(json.dumps(run_multimodal_eval(MultimodalEvalConfig(model=args.model, features=args.features,
+                                                              manifest=args.manifest, max_length=args.max_length,
+                                                              batch_size=args.batch_size)), indent=2))
     return 0
 
 
 def _convert(args) -> int:
-    from ..multimodal import load_multimodal
+    from ..runners.multimodal import MultimodalConvertConfig, run_multimodal_convert
 
-    model = load_multimodal(args.src)
-    if args.to == "hf":
-        from ..multimodal.hf import export_hf_visualbert
-
-        export_hf_visualbert(model, args.dst)
-    else:
-        model.save_pretrained(args.dst)
-    print(f"wrote {args.dst}")
+    print(f"wrote {run_multimodal_convert(MultimodalConvertConfig(src=args.src, dst=args.dst, to=args.to))}")
     return 0
 
 
@@ -199,18 +193,16 @@ def pretrain_from_generic_args(args) -> int:
     """`bertfam pretrain --modality M --features DIR ...`: the text pre-training command's options mapped
     onto `bertfam multimodal pretrain` (its --max-seq-len is our --max-length)."""
     from ..errors import ConfigError
-    from ..multimodal.config import AudioConfig
-    from ..multimodal.pretrain import pretrain_multimodal
-    from ..multimodal.runs import default_train
+    from ..runners.multimodal import MultimodalPretrainConfig, run_multimodal_pretrain
 
     g = lambda name, default=None: getattr(args, name, default)  # noqa: E731 (options left out are absent)
     if not g("features") or not g("out"):
         raise ConfigError("pretrain --modality needs --features DIR and --out DIR")
     set_threads(args)
-    train = train_config(args, default_train())  # the trainer options `bertfam pretrain` was given
-    kw = {"max_length": g("max_seq_len")} if g("max_seq_len") else {}
-    return _report(pretrain_multimodal(g("modality"), g("features"), g("out"), vocab=g("vocab"),
-                                       config=g("model_config") or "bert-tiny", init=g("init"),
-                                       codebook=g("codebook"), mask_rate=g("mask_rate") or 0.15,
-                                       seed=g("seed") or 0, audio=AudioConfig(), train=train, resume=g("resume"),
-                                       **kw))
+    # the trainer options `bertfam pretrain` was given
+    train = train_config(args, MultimodalPretrainConfig.default_train())
+    cfg = MultimodalPretrainConfig(modality=g("modality"), features=g("features"), out=g("out"), vocab=g("vocab"),
+                                   model_config=g("model_config") or "bert-tiny", init=g("init"),
+                                   codebook=g("codebook"), mask_rate=g("mask_rate") or 0.15, seed=g("seed") or 0,
+                                   train=train, resume=g("resume"), max_length=g("max_seq_len"))
+    return _report(run_multimodal_pretrain(cfg))

@@ -1,4 +1,4 @@
-"""Pre-training commands: pretrain, pretrain-data, plot."""
+"""Pre-training commands: pretrain, pretrain-data, plot (the jobs: runners.pretrain; --modality: runners.multimodal)."""
 from __future__ import annotations
 
 import argparse
@@ -160,39 +160,17 @@ def _pretrain(args) -> int:
 
 
 def _pretrain_data(args) -> int:
-    from ..data.instance_cache import write_cache
-    from ..data.corpus import CorpusStats
-    from ..errors import ConfigError
-    from ..objectives.pipeline import check_nonempty, iter_instances, make_masker
-    from ..runners.pretrain import PretrainConfig, load_tokenizer
+    from ..runners.pretrain import PretrainConfig, run_pretrain_data
 
-    d = _merged(args)
-    pc = PretrainConfig.from_dict(d, source=getattr(args, "config", "run config"))
-    if not pc.corpus:
-        raise ConfigError("give --corpus FILES")
-    tok = load_tokenizer(pc)
-    dc = pc.data_config()
-    stats = CorpusStats()
-    counted = {"train": 0}
-
-    def items():
-        for split, ex in iter_instances(dc, tok, stats, args.dupe_factor, make_masker(dc.masking, tok)):
-            counted[split] = counted.get(split, 0) + 1
-            yield split, ex
-        check_nonempty([None] * counted["train"], dc.corpus, stats)
-
-    masking, pair = pc.resolved()
-    meta = {"objective": pc.objective, "masking": masking, "pair": pair, "max_seq_len": pc.max_seq_len,
-            "dupe_factor": args.dupe_factor, "mask_rate": pc.mask_rate, "seed": pc.train.seed, "corpus": list(pc.corpus)}
-    meta = write_cache(pc.out, items(), meta, static=args.dupe_factor > 0, tokenizer=tok)
-    meta["corpus_stats"] = stats.summary()
+    pc = PretrainConfig.from_dict(_merged(args), source=getattr(args, "config", "run config"))
+    meta = run_pretrain_data(pc, args.dupe_factor)
     print(f"wrote {pc.out}: {meta['counts']['train']} training / {meta['counts']['eval']} evaluation instances "
-          f"({stats.summary()})")
+          f"({meta['corpus_stats']})")
     return 0
 
 
 def _plot(args) -> int:
-    from ..training.curves import plot_run
+    from ..runners.pretrain import run_plot
 
-    print(f"wrote {plot_run(args.run_dir, args.out)}")
+    print(f"wrote {run_plot(args.run_dir, args.out)}")
     return 0

@@ -1,4 +1,6 @@
-"""`bertfam quantize SRC DST`: an int8 copy of a model directory, for CPU inference (modeling/int8.py)."""
+"""`bertfam quantize SRC DST`: an int8 copy of a model directory, for CPU inference (modeling/int8.py).
+
+The job is runners.export.run_quantize."""
 from __future__ import annotations
 
 
@@ -18,23 +20,13 @@ def register(sub) -> None:
 def _quantize(args) -> int:
     import os
 
-    from ..checkpoint import from_pretrained, weights_file
-    from ..errors import ConfigError
-    from ..modeling.int8 import is_int8, quantize_int8
+    from ..runners.export import QuantizeConfig, run_quantize
 
     modules = [m.strip() for m in args.modules.split(",") if m.strip()]
-    if os.path.isdir(args.dst) and os.path.isdir(args.src) and os.path.samefile(args.src, args.dst):
-        raise ConfigError(f"quantize: DST {args.dst} is SRC; write the int8 copy elsewhere (SRC stays float)")
-    model = from_pretrained(args.src)
-    if is_int8(model):
-        raise ConfigError(f"quantize: {args.src} is already int8")
-    quantize_int8(model, modules)
-    model.config.head.info = {**model.config.head.info, "quantized_from": args.src}  # training_info.json
-    model.save_pretrained(args.dst)
-    src, dst = weights_file(args.src), weights_file(args.dst)
-    a, b = os.path.getsize(src), os.path.getsize(dst)
-    print(f"wrote {args.dst} (int8: {os.path.basename(src)} {_mb(a)} -> {os.path.basename(dst)} {_mb(b)}, "
-          f"{100 * b / a:.1f} % of the source)")
+    r = run_quantize(QuantizeConfig(src=args.src, dst=args.dst, modules=modules))
+    a, b = r["src_bytes"], r["dst_bytes"]
+    print(f"wrote {args.dst} (int8: {os.path.basename(r['src_file'])} {_mb(a)} -> {os.path.basename(r['dst_file'])} "
+          f"{_mb(b)}, {100 * b / a:.1f} % of the source)")
     return 0
 
 

