@@ -42,6 +42,7 @@ from . import varlen
 from .encoder import Encoder, Layer
 from .int8 import Int8Linear, is_int8, quantize_int8
 from .layout import tracing
+from .swap import swap_modules
 from .varlen import Packed
 
 _COMPILED = ("attn_residual", "ffn_block")  # Layer methods replaced by compiled instance attributes
@@ -66,29 +67,30 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
     if compile and (int8 or is_int8(model)):
         raise ValueError("int8 and compile exclude each other: torch.compile does not trace the quantized kernels")
     if int8:
-        quantize_int8(model)
+        model = quantize_int8(model)
     reuse = (not compile) if reuse_buffers is None else reuse_buffers
     kw = dict(dynamic=True, **compile_kwargs)
-    for enc in _encoders(model):
-        if compile:
-            _swap(enc, plain=True)
+    if compile:
+        model = _swap(model, plain=True)
+        for enc in _encoders(model):
             for layer in enc.layers:
                 for name in _COMPILED:
                     if name not in layer.__dict__:
                         setattr(layer, name, torch.compile(getattr(layer, name), **kw))
-        elif reuse and not is_compiled(enc):
-            _swap(enc, plain=False)
+    elif reuse:
+        model = _swap(model, plain=False)
     return model
 
 
 def restore_plain(model: nn.Module) -> nn.Module:
-    """Undo optimize_for_inference: plain layers, no compiled blocks. In place; returns model. An int8 model
-    is refused (ValueError): its float weights are gone, reload the float checkpoint instead."""
+    """Undo optimize_for_inference: plain layers, no compiled blocks, by the same module replacement. In place;
+    returns model (a new one only where `model` is itself an encoder or a layer). An int8 model is refused
+    (ValueError): its float weights are gone, reload the float checkpoint instead."""
     if is_int8(model):
         raise ValueError("restore_plain: the model is int8; its float weights were rounded away and cannot be "
                          "restored (load the float checkpoint again)")
+    model = _swap(model, plain=True)
     for enc in _encoders(model):
-        _swap(enc, plain=True)
         for layer in enc.layers:
             for name in _COMPILED:
                 layer.__dict__.pop(name, None)
@@ -109,13 +111,19 @@ def _encoders(model: nn.Module) -> list:
     return [m for m in model.modules() if isinstance(m, Encoder)]
 
 
-def _swap(enc: Encoder, plain: bool) -> None:
-    """Change the classes only: same objects, weights, state-dict names and optimizer references."""
-    if type(enc) in (Encoder, ReusingEncoder):  # a subclass of someone else's is left alone
-        enc.__class__ = Encoder if plain else ReusingEncoder
-    for layer in enc.layers:
-        if type(layer) in (Layer, ReusingLayer):
-            layer.__class__ = Layer if plain else ReusingLayer
+def _swap(model: nn.Module, plain: bool) -> nn.Module:
+    """Replace each plain encoder and layer (plain=False) by a buffer-reusing one holding the same children,
+    or back (plain=True): new modules set in their parents (swap.py), the same parameters, buffers,
+    state-dict names and optimizer references; the old objects keep their class. A subclass of someone
+    else's is left alone, and so is a compiled encoder (its compiled blocks are bound to its layers)."""
+    def kind(m: nn.Module) -> Optional[type]:
+        if type(m) in (Layer, ReusingLayer) and not any(n in m.__dict__ for n in _COMPILED):
+            return Layer if plain else ReusingLayer
+        if type(m) in (Encoder, ReusingEncoder) and (plain or not is_compiled(m)):
+            return Encoder if plain else ReusingEncoder
+        return None
+
+    return swap_modules(model, kind)
 
 
 def buffers_allowed() -> bool:
