@@ -1,9 +1,16 @@
 """Inference optimisations as an explicit swap: `optimize_for_inference(model)`.
 
-The plain `Layer` / `Encoder` forward (encoder.py) is the model. This module swaps, in place, each
-encoder (and its layers) for a subclass with the same weights and state-dict names that runs faster where
-no gradient is needed, or torch.compiles the layers' token-wise blocks. Predictors (tasks/pipelines.py,
-tasks/mrc/predictor.py, hence `serve`), evaluation and embedding extraction call it.
+The plain `Layer` / `Encoder` forward (encoder.py) is the model. This module replaces, in place, each
+encoder (and its layers) by a subclass instance that runs faster where no gradient is needed, or
+torch.compiles the layers' token-wise blocks. Module replacement, as torch's quantization swaps modules
+(swap.py): the new module holds the old one's children, parameters and buffers, the very objects, so
+weights, state-dict names and optimizer references are unchanged; it is set in the parent (`setattr`, a
+layer by its ModuleList index) and the old object keeps its class (no `__class__` assignment).
+
+Called explicitly at prediction entry points only, never on a model in training: the pipelines
+(tasks/pipelines.py, hence `serve`), MRCPredictor (optimize=True; train_mrc passes False), the verifier,
+embed_texts, runners' evaluate / predict / demos, the distillation teacher and the MLM augmenter. Training's
+own evaluations (tasks/features.py `FeatureBuilder.predict`, the MRC dev evaluation) run the model as is.
 
 Buffer reuse (the default). BERT-base at 8 x 128 tokens allocates a 12.6 MB FFN activation, a 9.4 MB
 fused QKV output and a few 3 MB tensors in every layer. glibc serves blocks that large with fresh mmap'd
@@ -20,6 +27,7 @@ activation for the backward pass, so there is nothing to reuse; autocast picks e
 out= buffers would override; export / compile need the plain graph. Anything else runs the plain forward,
 so a swapped model can still be trained. The buffers of one forward live in a context variable, so
 concurrent forwards (serving threads) never share them.
+A bare Encoder given as `model` cannot replace itself: the replacement is returned (use the return value).
 
 Int8 (`int8=True`): modeling/int8.py's swap first (the encoder layers' four projections and the word
 embeddings become int8 modules; inference only, not bit-identical: about 1-2 % relative error per
@@ -51,8 +59,8 @@ _SCRATCH: contextvars.ContextVar[Optional["Scratch"]] = contextvars.ContextVar("
 
 def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = None, compile: bool = False,
                            int8: bool = False, **compile_kwargs) -> nn.Module:
-    """Speed up prediction with `model` (a TaskModel, BertfamModel or anything holding encoders), in place;
-    returns it. Outputs stay those of the plain forward (bit for bit with buffer reuse), except with int8.
+    """Speed up prediction with `model` (a TaskModel, BertfamModel or anything holding encoders), in place,
+    by module replacement; returns it (the replacement where `model` is itself an encoder). Outputs stay those of the plain forward (bit for bit with buffer reuse), except with int8.
 
     reuse_buffers (default: on unless compile): the buffer-reusing layers described above.
     compile: torch.compile each layer's token-wise blocks (residual + LayerNorm, FFN; attention stays
