@@ -60,7 +60,8 @@ _SCRATCH: contextvars.ContextVar[Optional["Scratch"]] = contextvars.ContextVar("
 def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = None, compile: bool = False,
                            int8: bool = False, **compile_kwargs) -> nn.Module:
     """Speed up prediction with `model` (a TaskModel, BertfamModel or anything holding encoders), in place,
-    by module replacement; returns it (the replacement where `model` is itself an encoder). Outputs stay those of the plain forward (bit for bit with buffer reuse), except with int8.
+    by module replacement; returns it (the replacement where `model` is itself an encoder). Outputs stay
+    those of the plain forward (bit for bit with buffer reuse), except with int8.
 
     reuse_buffers (default: on unless compile): the buffer-reusing layers described above.
     compile: torch.compile each layer's token-wise blocks (residual + LayerNorm, FFN; attention stays
@@ -91,9 +92,9 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
 
 
 def restore_plain(model: nn.Module) -> nn.Module:
-    """Undo optimize_for_inference: plain layers, no compiled blocks, by the same module replacement. In place;
-    returns model (a new one only where `model` is itself an encoder or a layer). An int8 model is refused
-    (ValueError): its float weights are gone, reload the float checkpoint instead."""
+    """Undo optimize_for_inference: plain layers, no compiled blocks, by the same module replacement. In
+    place; returns model (a new one only where `model` is itself an encoder or a layer). An int8 model is
+    refused (ValueError): its float weights are gone, reload the float checkpoint instead."""
     if is_int8(model):
         raise ValueError("restore_plain: the model is int8; its float weights were rounded away and cannot be "
                          "restored (load the float checkpoint again)")
