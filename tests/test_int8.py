@@ -112,6 +112,7 @@ def test_swap_changes_modules_buffers_and_config_not_a_no_op():
         assert lin.weight_scale.shape == (lin.out_features,) and lin.weight_scale.dtype == torch.float32
     word = model.backbone.embeddings.word
     assert type(word) is Int8Embedding and type(model.mlm) is Int8MLMPredictor and model.mlm.word[0] is word
+    assert model.head.mlm is model.mlm and model.head.parts["mlm"] is model.mlm  # the head runs the new module
     assert type(model.backbone.pooler) is torch.nn.Linear
     assert type(model.backbone.embeddings.position) is torch.nn.Embedding
     sd = model.state_dict()

@@ -99,3 +99,45 @@ def test_multimodal_model_reuses_buffers(monkeypatch):
         a, b = plain(**kw), fast(**kw)
     assert made == [1]
     _same(a, b)
+
+
+def test_swap_replaces_modules_and_keeps_the_parameters(tiny_cfg):
+    """New encoder and layer modules set in their parents (the old objects keep their class), holding the
+    very parameters: an optimizer built before the swap still trains the model; restore_plain round-trips."""
+    model = bertfam.build_model(tiny_cfg.replace(head=HeadConfig(task="token", num_labels=3)), seed=0).eval()
+    kw = _batch(model.config, B=3, T=9, seed=2)
+    with torch.inference_mode():
+        want = model(**kw).logits
+    old_enc, old_layers = model.backbone.encoder, list(model.backbone.encoder.layers)
+    params, names = dict(model.named_parameters()), list(model.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert optimize_for_inference(model) is model
+    enc = model.backbone.encoder
+    assert isinstance(enc, optimize.ReusingEncoder) and enc is not old_enc and type(old_enc) is Encoder
+    assert all(type(la) is optimize.ReusingLayer for la in enc.layers)
+    assert all(type(la) is Layer and la is not new for la, new in zip(old_layers, enc.layers))
+    assert enc.layers is old_enc.layers  # the same ModuleList, its entries replaced by index
+    assert {n: id(p) for n, p in model.named_parameters()} == {n: id(p) for n, p in params.items()}
+    assert list(model.state_dict()) == names
+    with torch.inference_mode():
+        assert torch.equal(model(**kw).logits, want)  # bit for bit
+    model.train()
+    before = params["backbone.encoder.layers.0.ffn_in.weight"].detach().clone()
+    model(**kw).logits.sum().backward()
+    opt.step()
+    assert not torch.equal(model.backbone.encoder.layers[0].ffn_in.weight, before)  # the old optimizer trains it
+    model.eval()
+    swapped = model.backbone.encoder
+    assert restore_plain(model) is model
+    assert type(model.backbone.encoder) is Encoder and model.backbone.encoder is not swapped
+    assert type(swapped) is optimize.ReusingEncoder
+    assert all(type(la) is Layer for la in model.backbone.encoder.layers)
+    assert {n: id(p) for n, p in model.named_parameters()} == {n: id(p) for n, p in params.items()}
+    assert list(model.state_dict()) == names
+
+
+def test_a_bare_encoder_is_returned_replaced(tiny_cfg):
+    enc = bertfam.build_model(tiny_cfg, seed=0).backbone.encoder.eval()
+    fast = optimize_for_inference(enc)
+    assert type(fast) is optimize.ReusingEncoder and type(enc) is Encoder and fast.layers is enc.layers
+    assert type(restore_plain(fast)) is Encoder

@@ -64,6 +64,7 @@ from ..errors import ConfigError
 from .embeddings import Embeddings
 from .encoder import Encoder
 from .heads import MLMPredictor
+from .swap import swap_modules
 
 ENGINES = ("onednn", "x86", "fbgemm")  # quantized engines to pack under, in order of preference (see above)
 REDUCE_RANGE = False  # full 8-bit activations (see above)
@@ -103,7 +104,8 @@ def quantize_int8(model: nn.Module, modules: Sequence[str] = INT8_MODULES) -> nn
             tied = swapped.get(id(pred.word[0]), pred.word[0])
             if isinstance(tied, Int8Embedding):
                 pred.word[0] = tied
-                pred.__class__ = Int8MLMPredictor
+        model = swap_modules(model, lambda m: Int8MLMPredictor if type(m) is MLMPredictor
+                             and isinstance(m.word[0], Int8Embedding) else None)
     for p in model.parameters():  # what stays float is frozen too: the model can only predict now
         p.requires_grad_(False)
     _record(model, modules)
@@ -128,7 +130,7 @@ def dequantize_int8(model: nn.Module) -> nn.Module:
     for pred in [m for m in model.modules() if isinstance(m, MLMPredictor)]:
         if isinstance(pred.word[0], Int8Embedding):  # a plain list, not a child: the tied embedding
             pred.word[0] = twin(pred.word[0])
-        pred.__class__ = MLMPredictor
+    model = swap_modules(model, lambda m: MLMPredictor if type(m) is Int8MLMPredictor else None)
     for p in model.parameters():
         p.requires_grad_(True)
     plain: dict = {}  # a config shared by several modules stays shared

@@ -1,9 +1,16 @@
 """Inference optimisations as an explicit swap: `optimize_for_inference(model)`.
 
-The plain `Layer` / `Encoder` forward (encoder.py) is the model. This module swaps, in place, each
-encoder (and its layers) for a subclass with the same weights and state-dict names that runs faster where
-no gradient is needed, or torch.compiles the layers' token-wise blocks. Predictors (tasks/pipelines.py,
-tasks/mrc/predictor.py, hence `serve`), evaluation and embedding extraction call it.
+The plain `Layer` / `Encoder` forward (encoder.py) is the model. This module replaces, in place, each
+encoder (and its layers) by a subclass instance that runs faster where no gradient is needed, or
+torch.compiles the layers' token-wise blocks. Module replacement, as torch's quantization swaps modules
+(swap.py): the new module holds the old one's children, parameters and buffers, the very objects, so
+weights, state-dict names and optimizer references are unchanged; it is set in the parent (`setattr`, a
+layer by its ModuleList index) and the old object keeps its class (no `__class__` assignment).
+
+Called explicitly at prediction entry points only, never on a model in training: the pipelines
+(tasks/pipelines.py, hence `serve`), MRCPredictor (optimize=True; train_mrc passes False), the verifier,
+embed_texts, runners' evaluate / predict / demos, the distillation teacher and the MLM augmenter. Training's
+own evaluations (tasks/features.py `FeatureBuilder.predict`, the MRC dev evaluation) run the model as is.
 
 Buffer reuse (the default). BERT-base at 8 x 128 tokens allocates a 12.6 MB FFN activation, a 9.4 MB
 fused QKV output and a few 3 MB tensors in every layer. glibc serves blocks that large with fresh mmap'd
@@ -20,6 +27,7 @@ activation for the backward pass, so there is nothing to reuse; autocast picks e
 out= buffers would override; export / compile need the plain graph. Anything else runs the plain forward,
 so a swapped model can still be trained. The buffers of one forward live in a context variable, so
 concurrent forwards (serving threads) never share them.
+A bare Encoder given as `model` cannot replace itself: the replacement is returned (use the return value).
 
 Int8 (`int8=True`): modeling/int8.py's swap first (the encoder layers' four projections and the word
 embeddings become int8 modules; inference only, not bit-identical: about 1-2 % relative error per
@@ -42,6 +50,7 @@ from . import varlen
 from .encoder import Encoder, Layer
 from .int8 import Int8Linear, is_int8, quantize_int8
 from .layout import tracing
+from .swap import swap_modules
 from .varlen import Packed
 
 _COMPILED = ("attn_residual", "ffn_block")  # Layer methods replaced by compiled instance attributes
@@ -50,8 +59,9 @@ _SCRATCH: contextvars.ContextVar[Optional["Scratch"]] = contextvars.ContextVar("
 
 def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = None, compile: bool = False,
                            int8: bool = False, **compile_kwargs) -> nn.Module:
-    """Speed up prediction with `model` (a TaskModel, BertfamModel or anything holding encoders), in place;
-    returns it. Outputs stay those of the plain forward (bit for bit with buffer reuse), except with int8.
+    """Speed up prediction with `model` (a TaskModel, BertfamModel or anything holding encoders), in place,
+    by module replacement; returns it (the replacement where `model` is itself an encoder). Outputs stay
+    those of the plain forward (bit for bit with buffer reuse), except with int8.
 
     reuse_buffers (default: on unless compile): the buffer-reusing layers described above.
     compile: torch.compile each layer's token-wise blocks (residual + LayerNorm, FFN; attention stays
@@ -66,29 +76,30 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
     if compile and (int8 or is_int8(model)):
         raise ValueError("int8 and compile exclude each other: torch.compile does not trace the quantized kernels")
     if int8:
-        quantize_int8(model)
+        model = quantize_int8(model)
     reuse = (not compile) if reuse_buffers is None else reuse_buffers
     kw = dict(dynamic=True, **compile_kwargs)
-    for enc in _encoders(model):
-        if compile:
-            _swap(enc, plain=True)
+    if compile:
+        model = _swap(model, plain=True)
+        for enc in _encoders(model):
             for layer in enc.layers:
                 for name in _COMPILED:
                     if name not in layer.__dict__:
                         setattr(layer, name, torch.compile(getattr(layer, name), **kw))
-        elif reuse and not is_compiled(enc):
-            _swap(enc, plain=False)
+    elif reuse:
+        model = _swap(model, plain=False)
     return model
 
 
 def restore_plain(model: nn.Module) -> nn.Module:
-    """Undo optimize_for_inference: plain layers, no compiled blocks. In place; returns model. An int8 model
-    is refused (ValueError): its float weights are gone, reload the float checkpoint instead."""
+    """Undo optimize_for_inference: plain layers, no compiled blocks, by the same module replacement. In
+    place; returns model (a new one only where `model` is itself an encoder or a layer). An int8 model is
+    refused (ValueError): its float weights are gone, reload the float checkpoint instead."""
     if is_int8(model):
         raise ValueError("restore_plain: the model is int8; its float weights were rounded away and cannot be "
                          "restored (load the float checkpoint again)")
+    model = _swap(model, plain=True)
     for enc in _encoders(model):
-        _swap(enc, plain=True)
         for layer in enc.layers:
             for name in _COMPILED:
                 layer.__dict__.pop(name, None)
@@ -109,13 +120,19 @@ def _encoders(model: nn.Module) -> list:
     return [m for m in model.modules() if isinstance(m, Encoder)]
 
 
-def _swap(enc: Encoder, plain: bool) -> None:
-    """Change the classes only: same objects, weights, state-dict names and optimizer references."""
-    if type(enc) in (Encoder, ReusingEncoder):  # a subclass of someone else's is left alone
-        enc.__class__ = Encoder if plain else ReusingEncoder
-    for layer in enc.layers:
-        if type(layer) in (Layer, ReusingLayer):
-            layer.__class__ = Layer if plain else ReusingLayer
+def _swap(model: nn.Module, plain: bool) -> nn.Module:
+    """Replace each plain encoder and layer (plain=False) by a buffer-reusing one holding the same children,
+    or back (plain=True): new modules set in their parents (swap.py), the same parameters, buffers,
+    state-dict names and optimizer references; the old objects keep their class. A subclass of someone
+    else's is left alone, and so is a compiled encoder (its compiled blocks are bound to its layers)."""
+    def kind(m: nn.Module) -> Optional[type]:
+        if type(m) in (Layer, ReusingLayer) and not any(n in m.__dict__ for n in _COMPILED):
+            return Layer if plain else ReusingLayer
+        if type(m) in (Encoder, ReusingEncoder) and (plain or not is_compiled(m)):
+            return Encoder if plain else ReusingEncoder
+        return None
+
+    return swap_modules(model, kind)
 
 
 def buffers_allowed() -> bool:

@@ -21,7 +21,6 @@ from ..config import FinetuneSettings
 from ..data.batching import length_batches
 from ..data.labelled import Example
 from ..errors import DataError
-from ..modeling.optimize import optimize_for_inference
 from .table import TaskSpec
 
 log = logging.getLogger("bertfam")
@@ -189,13 +188,15 @@ class FeatureBuilder:
     @torch.no_grad()
     def predict(self, model, feats: Sequence[dict], batch_size: int = 64, progress: bool = False) -> list:
         """Per example: class id / score / list of tag ids over the characters (no labels needed);
-        the windows of a long token-task example are merged back into one tag list. progress: a bar on a
+        the windows of a long token-task example are merged back into one tag list. The model runs as
+        given (`evaluate` / `predict` in runners/finetune.py optimize_for_inference it first; a model
+        in training is not swapped). progress: a bar on a
         terminal, else a line with rate and time left (bertfam.progress)."""
         from ..progress import Progress
 
         device = next(model.parameters()).device
         was = model.training
-        optimize_for_inference(model).eval()  # safe on a model still in training: grad mode runs plain
+        model.eval()  # no inference swap here: training evaluates through this (entry points swap first)
         out: list = [None] * len(feats)
         with Progress(len(feats), "predict", unit="inputs", enabled=progress) as bar:
             for idx in length_batches(lengths(feats), batch_size):  # longest first: little padding

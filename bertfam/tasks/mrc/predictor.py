@@ -33,8 +33,13 @@ class MRCPredictor:
     (their start/end logits and answerability probabilities are averaged: a logit-level ensemble).
 
     Settings left as None are the model's (`head.mrc`: the first model's windows and decoding, the members'
-    mean thresholds), else MRCSettings' defaults. int8: quantize the models for CPU inference
-    (`optimize_for_inference(m, int8=True)`, modeling/int8.py; an int8 checkpoint is int8 anyway).
+    mean thresholds), else MRCSettings' defaults.
+
+    optimize (default True): this predictor is a prediction entry point, so it applies the inference swap
+    to its models (`optimize_for_inference`, modeling/optimize.py: buffer reuse, same outputs bit for bit);
+    False leaves them as they are, for a model still in training (train_mrc's dev evaluation). int8:
+    quantize the models for CPU inference (`optimize_for_inference(m, int8=True)`, modeling/int8.py; an
+    int8 checkpoint is int8 anyway); needs optimize.
 
     verifier: None = the one the first model's `head.mrc.verifier` names (a directory next to its
     config.json; none if it names none), False = no verifier, a directory path or a `Verifier`."""
@@ -44,15 +49,19 @@ class MRCPredictor:
                  max_query_length: Optional[int] = None,
                  use_title: Optional[bool] = None, null_threshold: Optional[float] = None,
                  answerable_threshold: Optional[float] = None, int8: bool = False, verifier=None,
-                 verifier_threshold: Optional[float] = None, answer_extension: Optional[str] = None):
+                 verifier_threshold: Optional[float] = None, answer_extension: Optional[str] = None,
+                 optimize: bool = True):
         self.models = _as_list(model)
         if not self.models:
             raise ConfigError("MRCPredictor needs at least one model")
+        if int8 and not optimize:
+            raise ConfigError("MRCPredictor: int8 is an inference swap; it needs optimize=True")
         for m in self.models:
             if getattr(m, "span", None) is None:
                 raise ConfigError(f"model has head task {m.config.head.task!r}; MRC needs a 'span' head "
                                   "(train one with `bertfam mrc train`)")
-            optimize_for_inference(m, int8=int8)  # buffer reuse in no-grad eval forwards; training still runs plain
+            if optimize:
+                optimize_for_inference(m, int8=int8)  # buffer reuse in no-grad eval forwards
         self.tokenizer = tokenizer if tokenizer is not None else self.models[0].tokenizer
         if self.tokenizer is None:
             raise ConfigError("the model directory has no tokenizer (vocab.txt / tokenizer.json); pass tokenizer=")
