@@ -71,11 +71,11 @@ def _distill(args) -> int:
     _check(args)
     import json
 
-    from ..runners.distill import DistillConfig, run_distill
+    from ..runners.distill import DistillRunConfig, run_distill
 
     set_threads(args)
     tc = train_config(args)  # --epochs: general distillation's; the task stages have their own
-    cfg = DistillConfig(teacher=args.teacher, out=args.out, student_config=args.student_config, corpus=args.corpus,
+    cfg = DistillRunConfig(teacher=args.teacher, out=args.out, student_config=args.student_config, corpus=args.corpus,
                         task=args.task, train_file=args.train, dev=args.dev, max_length=args.max_length,
                         layer_map=_layer_map(args.layer_map), projection=args.projection,
                         temperature=args.temperature, epochs_intermediate=args.epochs_intermediate,

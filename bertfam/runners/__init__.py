@@ -8,7 +8,7 @@ dataclass; the training runs nest the trainer's `TrainConfig` (`runners.options.
 - `runners.mrc`: `run_mrc_train` (`MRCTrainConfig`, around `tasks.mrc.train_mrc`) and the other `bertfam mrc`
   jobs (`run_mrc_predict`, `run_mrc_ensemble`, `run_mrc_evaluate`, `run_mrc_ask`, `run_mrc_compare`,
   `run_mrc_build_verifier`), one config dataclass each;
-- `runners.distill`: `run_distill(DistillConfig)` (around `distill.pipeline.distill_general` / `distill_task`);
+- `runners.distill`: `run_distill(DistillRunConfig)` (around `distill.pipeline.distill_general` / `distill_task`);
 - `runners.multimodal`: `run_multimodal_pretrain`, `run_multimodal_finetune`, `run_multimodal_vocab`,
   `run_multimodal_eval`, `run_multimodal_convert` (around `bertfam.multimodal`);
 - `runners.export`: `run_onnx_export` + `run_onnx_check` (`OnnxExportConfig`), `run_quantize` (`QuantizeConfig`);

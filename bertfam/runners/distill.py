@@ -1,7 +1,7 @@
 """The distillation job of `bertfam distill` (TinyBERT): general (a corpus) or task-specific (a task).
 
-    from bertfam.runners.distill import DistillConfig, run_distill
-    s = run_distill(DistillConfig(teacher="runs/teacher", out="runs/student", task="chnsenticorp",
+    from bertfam.runners.distill import DistillRunConfig, run_distill
+    s = run_distill(DistillRunConfig(teacher="runs/teacher", out="runs/student", task="chnsenticorp",
                                   train_file="train.tsv", dev="dev.tsv"))
 
 `run_distill` calls `distill.pipeline.distill_general` (with `corpus`) or `distill_task` (with `task`; an
@@ -19,7 +19,7 @@ from .options import RunOptions
 
 
 @dataclass
-class DistillConfig(RunOptions):
+class DistillRunConfig(RunOptions):
     """A distillation run: `corpus` (general) or `task` + `train_file` (task-specific), the student
     (`student_config`: preset, config JSON or model directory) written to `out`; `train`: the trainer's
     fields (its epochs are general distillation's; the task stages have epochs_intermediate / _prediction)."""
@@ -47,7 +47,7 @@ class DistillConfig(RunOptions):
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
-def run_distill(cfg: DistillConfig) -> dict:
+def run_distill(cfg: DistillRunConfig) -> dict:
     """Distill as `cfg` says; returns the pipeline's summary, + "written" (cfg.out) on the main process."""
     from ..distill.pipeline import distill_general, distill_task
     from ..training.distributed import is_main_process
@@ -67,7 +67,7 @@ def run_distill(cfg: DistillConfig) -> dict:
     return s
 
 
-def _augmenter(cfg: DistillConfig):
+def _augmenter(cfg: DistillRunConfig):
     """The MLM data augmenter of `augment_mlm` (None without one)."""
     if not cfg.augment_mlm:
         return None
