@@ -141,3 +141,19 @@ def test_a_bare_encoder_is_returned_replaced(tiny_cfg):
     fast = optimize_for_inference(enc)
     assert type(fast) is optimize.ReusingEncoder and type(enc) is Encoder and fast.layers is enc.layers
     assert type(restore_plain(fast)) is Encoder
+
+
+def test_unknown_or_misplaced_compile_options_are_errors():
+    """optimize_for_inference's extra keywords are torch.compile's, only with compile=True: a misspelt one
+    (int_8=True) is an error naming it, not an option silently swallowed."""
+    import pytest
+
+    from bertfam import build_model, preset
+    from bertfam.modeling.optimize import optimize_for_inference
+
+    m = build_model(preset("bert-tiny", vocab_size=50, hidden_size=16, num_attention_heads=2, intermediate_size=32,
+                           num_hidden_layers=1, max_position_embeddings=16), seed=0).eval()
+    with pytest.raises(TypeError, match="int_8 given without compile=True"):
+        optimize_for_inference(m, int_8=True)
+    with pytest.raises(TypeError, match="unknown torch.compile option.* modee; known: .*mode"):
+        optimize_for_inference(m, compile=True, modee="max-autotune")

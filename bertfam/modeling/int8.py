@@ -10,38 +10,16 @@ int8 checkpoint is about a quarter of the float32 one (bert-base-chinese: 0.26).
 LayerNorms, biases, the pooler and the small heads (classifier, token, span, pair) stay float32: they
 hold little of the size or the time, and the classifiers sit right at the output.
 
-Why this kernel. Measured on this machine's CPU (AMD EPYC, AVX2, no VNNI / AVX-512, no native bf16),
-2 threads, M = 1024 tokens, a 768 -> 3072 linear:
-    float32 (MKL sgemm)                                   164 GFLOP/s
-    quantized.linear_dynamic, fbgemm / x86, per-channel   ~285
-    quantized.linear_dynamic, onednn, per-channel         ~311
-    torch._int_mm (int8 x int8 -> int32)                  2     (no fast kernel here: useless)
-    bfloat16 matmul                                       20    (emulated without native bf16)
-so `Int8Linear` runs `torch.ops.quantized.linear_dynamic` on weights packed by
-`torch.ops.quantized.linear_prepack` under the oneDNN engine (`ENGINES`: x86 / fbgemm where a build has no
-onednn). The packed weights are a cache (not in the state dict, rebuilt lazily after load_state_dict or a
-device / dtype change); the state dict holds `weight_int8` (int8, (out, in)), `weight_scale` (float32,
-(out,)) and `bias` (float32), so it round-trips through safetensors.
-
-reduce_range False (`REDUCE_RANGE`). Without VNNI the u8 x s8 kernels add pairs of products in int16
-(vpmaddubsw), which saturates where large activation codes meet two large weights of one sign;
-reduce_range=True (7-bit activations) cannot saturate but halves the activation resolution. Measured here,
-relative error vs float32 (False vs True):
-    real models, last hidden state: pretrained MiniLM-L6 (hidden 384, 16 texts) 14.1 % vs 25.8 %; the
-    shipped e5-small MRC model (24 windows of 256) 16.2 % vs 27.3 %, start / end argmax agreement 0.88 / 0.83
-    vs 0.83 / 0.79. An emulation of the same 8-bit arithmetic without saturation gives 14.4 % / 14.1 %:
-    saturation costs real models little, resolution is what counts.
-    one linear, random N(0, 1) weights, LayerNorm'd inputs: in_features 768 1.7 % vs 1.9 %, 256 2.7 % vs
-    2.0 %, 16 13.7 % vs 1.4 %: small random layers (toy configs) do saturate (the tests use hidden 256).
-Most of a real model's error comes from its activations' outlier channels (one scale per batch and tensor):
-quantizing only ffn_in or only ffn_out gives 9 % / 9-13 % on those two models, qkv or out 2-5 %, the word
-embeddings 0.5 %. `quantize_int8(model, modules=...)` (`bertfam quantize --modules`) can keep the FFN float.
-
-The MLM decoder (tied to the word embeddings) multiplies with the same int8 rows and scales
-(`Int8Embedding.linear`: packed once, nothing stored twice). Measured here, 768 -> 21128: 1 masked token
-8.4 ms int8 vs 4.1 ms float32 (float32's GEMV is hard to beat), 8 tokens 21 vs 35 ms, 32 tokens 25 vs 45 ms,
-256 tokens 67 vs 114 ms; and the alternative, a float32 decoder, would need a dequantized 65 MB copy of the
-embedding matrix in memory (bert-base-chinese) that the int8 checkpoint exists to avoid. So int8.
+Why this kernel (measurements: docs/int8_kernels.md, one section per CPU kind). `Int8Linear` runs
+`torch.ops.quantized.linear_dynamic` on weights packed by `torch.ops.quantized.linear_prepack` under the
+oneDNN engine (`ENGINES`: x86 / fbgemm where a build has no onednn): on AVX2 it beat float32 sgemm by
+~1.9x where `torch._int_mm` and bfloat16 had no fast kernel. The packed weights are a cache (not in the
+state dict, rebuilt lazily after load_state_dict or a device / dtype change); the state dict holds
+`weight_int8` (int8, (out, in)), `weight_scale` (float32, (out,)) and `bias` (float32), so it round-trips
+through safetensors. Activations use the full 8-bit range (`REDUCE_RANGE` False: resolution costs real
+models more than the int16 saturation of non-VNNI kernels does). The MLM decoder (tied to the word
+embeddings) multiplies with the same int8 rows and scales (`Int8Embedding.linear`: packed once, nothing
+stored twice), so no dequantized copy of the embedding matrix is held.
 
 Inference only. Int8 modules have no gradient: a forward in train mode, or with an input that requires a
 gradient, raises one ConfigError saying so; the swap turns off requires_grad of the model's remaining float

@@ -78,7 +78,8 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
     if int8:
         model = quantize_int8(model)
     reuse = (not compile) if reuse_buffers is None else reuse_buffers
-    kw = dict(dynamic=True, **compile_kwargs)
+    _check_compile_kwargs(compile, compile_kwargs)
+    kw = {"dynamic": True, **compile_kwargs}  # dynamic shapes unless the caller says otherwise
     if compile:
         model = _swap(model, plain=True)
         for enc in _encoders(model):
@@ -89,6 +90,23 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
     elif reuse:
         model = _swap(model, plain=False)
     return model
+
+
+def _check_compile_kwargs(compile: bool, kwargs: dict) -> None:
+    """Keyword arguments are torch.compile's, and only with compile=True: a misspelt option (int_8=True)
+    would otherwise be swallowed and change nothing."""
+    if not kwargs:
+        return
+    if not compile:
+        raise TypeError(f"optimize_for_inference: {', '.join(sorted(kwargs))} given without compile=True (keyword "
+                        "arguments other than reuse_buffers, compile and int8 are torch.compile's)")
+    import inspect
+
+    known = set(inspect.signature(torch.compile).parameters) - {"model"}
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise TypeError(f"optimize_for_inference: unknown torch.compile option(s) {', '.join(unknown)}; known: "
+                        f"{', '.join(sorted(known))}")
 
 
 def restore_plain(model: nn.Module) -> nn.Module:
