@@ -9,6 +9,11 @@ class ConfigError(BertfamError):
     """A configuration file or value is missing, malformed or inconsistent."""
 
 
+class UnsupportedError(ConfigError):
+    """An operation this model cannot do, however it is configured: an int8 model trained, differentiated
+    or run off the CPU. A ConfigError, so callers that catch those still do."""
+
+
 class CheckpointError(BertfamError):
     """A model directory is missing, incomplete, corrupt or does not match its config."""
 

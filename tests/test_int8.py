@@ -150,10 +150,11 @@ def test_inference_only_and_no_way_back(tiny_cfg):
     out = model(**kw)  # autograd on, no torch.no_grad: runs, nothing requires a gradient
     assert not out.logits.requires_grad and not any(p.requires_grad for p in model.parameters())
     emb = model.backbone.embeddings.position.weight.new_ones(3, 9, cfg.hidden_size, requires_grad=True)
-    with pytest.raises(ConfigError, match="inference only"):
+    with pytest.raises(bertfam.UnsupportedError, match="inference only"):  # a ConfigError too: named for what it is
         model(inputs_embeds=emb, attention_mask=kw["attention_mask"])
+    assert issubclass(bertfam.UnsupportedError, ConfigError)
     model.train()
-    with pytest.raises(ConfigError, match="inference only .*model.eval"):
+    with pytest.raises(bertfam.UnsupportedError, match="inference only .*model.eval"):
         model(**kw)
     model.eval()
     with pytest.raises(ValueError, match="int8.*float weights"):

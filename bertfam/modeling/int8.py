@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from ..config import INT8_MODULES, ModelConfig, QuantizationConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, UnsupportedError
 from .embeddings import Embeddings
 from .encoder import Encoder
 from .heads import MLMPredictor
@@ -199,10 +199,10 @@ def int8_linear(x: torch.Tensor, packed) -> torch.Tensor:
 
 def _inference_only(module: nn.Module, x: Optional[torch.Tensor] = None) -> None:
     if module.training or (x is not None and x.requires_grad and torch.is_grad_enabled()):
-        raise ConfigError("int8 model: inference only (int8 weights have no gradient); call model.eval() and "
+        raise UnsupportedError("int8 model: inference only (int8 weights have no gradient); call model.eval() and "
                           "predict, or load the float checkpoint to train or to take gradients")
     if x is not None and x.device.type != "cpu":
-        raise ConfigError(f"int8 model: CPU only (input on {x.device})")
+        raise UnsupportedError(f"int8 model: CPU only (input on {x.device})")
 
 
 class _PackedCache(nn.Module):
