@@ -106,6 +106,30 @@ def _typed(v: Any, hint: Any, where: str) -> Any:
 
 
 @dataclass
+class AnswerabilityModel(TypedSettings):
+    """A fitted logistic regression of "answerable" on named per-question features (`head.mrc.answerability`;
+    the features and the fitting: tasks/mrc/answerability.py): P = sigmoid(coef . (x - mean) / scale +
+    intercept), one entry per feature in each list."""
+
+    WHERE = "head.mrc.answerability"
+
+    features: list[str] = field(default_factory=list)
+    mean: list[float] = field(default_factory=list)
+    scale: list[float] = field(default_factory=list)
+    coef: list[float] = field(default_factory=list)
+    intercept: float = 0.0
+
+    def check(self) -> None:
+        n = len(self.features)
+        self.need(n > 0, "features", "a non-empty list of feature names")
+        for name in ("mean", "scale", "coef"):
+            self.need(len(getattr(self, name)) == n, name, f"a list of {n} numbers (one per feature)")
+        self.need(all(s > 0 and math.isfinite(s) for s in self.scale), "scale", "positive numbers")
+        self.need(all(math.isfinite(v) for v in self.mean + self.coef + [self.intercept]), "coef",
+                  "finite numbers (mean, coef and intercept)")
+
+
+@dataclass
 class MRCSettings(TypedSettings):
     """A span model's reading-comprehension windows, decoding and no-answer rule (`head.mrc`). Each default
     here is the only one: `bertfam mrc train` records the windows it trained with, threshold tuning the
@@ -116,7 +140,8 @@ class MRCSettings(TypedSettings):
     No-answer rule (`tasks.mrc.answered`): answer iff best span - null score > null_threshold AND
     P(answerable) >= answerable_threshold (a model without the classifier: the first test alone) AND, when
     the model directory holds a question-passage verifier (`verifier`, a directory relative to the model's),
-    its relevance score >= verifier_threshold."""
+    its relevance score >= verifier_threshold. With `answerability` (a fused model fitted out of fold),
+    P(answerable) is that model's probability rather than the reader's classifier's."""
 
     WHERE = "head.mrc"
 
@@ -131,6 +156,8 @@ class MRCSettings(TypedSettings):
     answer_extension: str = "none"  # widen spans to their clause / sentence, or trim: cut at a sentence end (decoding.extend_span)
     verifier: Optional[str] = None  # a verifier model directory, relative to the model's (tasks.mrc.verifier)
     verifier_threshold: float = -1.0  # verifier score needed (a cosine in [-1, 1], or P in [0, 1]); -1: all pass
+    # when set, P(answerable) in the rule is this fused model's (reader signals + question/title/passage match)
+    answerability: Optional[AnswerabilityModel] = None
 
     def check(self) -> None:
         for name in ("max_length", "max_query_length", "max_answer_length", "n_best"):

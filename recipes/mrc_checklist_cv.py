@@ -34,7 +34,7 @@ from bertfam.data.mrc import read_mrc  # noqa: E402
 from bertfam.data.mrc_negatives import similar_passage_negatives  # noqa: E402
 from bertfam.tasks.mrc import MRCPredictor, decode, load_span_model, save_thresholds, train_mrc  # noqa: E402
 from bertfam.tasks.mrc.crossval import (assign_folds, bootstrap_interval, breakdown, fold_sizes,  # noqa: E402
-                                        leaks, tune_out_of_fold)
+                                        items_of, leaks, tune_out_of_fold)
 from bertfam.training import TrainConfig  # noqa: E402
 from bertfam.utils import atomic_write_text  # noqa: E402
 
@@ -47,10 +47,6 @@ EXTRA = {  # name -> (file, source): answerable sets whose similar passages beco
 }
 LENGTHS = (8, 16, 24, 32, 48, 64, 96)
 EXTENSIONS = ("none", "trim", "clause", "sentence")
-
-
-def items_of(examples) -> list[dict]:
-    return [{"question": e.question, "passage": e.context, "title": e.title} for e in examples]
 
 
 def extra_examples(spec: str, seed: int) -> list:
@@ -194,9 +190,20 @@ def report(exs, folds, cands, rules, label: str) -> dict:
               f"P>={c['answerable_threshold']:.2f} rel>={c['verifier_threshold']:.3f} (other folds {c['dev_f1']:.1f})")
     p = res["pooled"]
     print(f"   pooled choice: {p['setting']} rule {p['rule']} (in-sample {p['dev_f1']:.1f})")
-    return {"label": label, "oof_f1": table["all"]["F1"], "oof_em": table["all"]["EM"], "ci95": [lo, hi],
+    auc = applied_auc(exs, res["p_answerable"])
+    print(f"   out-of-fold AUC of the P(answerable) each fold's rule used: {auc}")
+    return {"label": label, "applied_auc": auc, "oof_f1": table["all"]["F1"], "oof_em": table["all"]["EM"], "ci95": [lo, hi],
             "gain_ci95": [glo, ghi], "table": table, "pooled": p, "folds": {str(k): v for k, v in res["choices"].items()},
             "mean_answer_chars": round(sum(lens) / max(1, len(lens)), 1)}
+
+
+def applied_auc(exs, p) -> float | None:
+    """ROC AUC (answerable = positive) of the per-question P(answerable) the folds' rules thresholded."""
+    from sklearn.metrics import roc_auc_score
+
+    if any(x is None for x in p):
+        return None
+    return round(float(roc_auc_score([not e.is_impossible for e in exs], p)), 3)
 
 
 def main() -> int:
@@ -283,6 +290,7 @@ def main() -> int:
         tuned = dict(p, max_answer_length=int(length), answer_extension=ext)
         if p["rule"] not in ("verifier", "all"):
             tuned["verifier"] = None
+        tuned["answerability"] = p["fusion"] if p["rule"] == "fused" else None
         save_thresholds(model, final_dir, tuned, f"out of fold on {os.path.basename(args.data)}")
         info_path = os.path.join(final_dir, "training_info.json")
         info = json.load(open(info_path)) if os.path.isfile(info_path) else {}

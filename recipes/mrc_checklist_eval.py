@@ -28,14 +28,11 @@ import torch  # noqa: E402
 from bertfam.data.mrc import read_mrc  # noqa: E402
 from bertfam.evaluation.dureader import NO_ANSWER, Reference, evaluate  # noqa: E402
 from bertfam.tasks.mrc import answered, decode, load_predictor, save_thresholds, tune_on_raw  # noqa: E402
+from bertfam.tasks.mrc.crossval import items_of  # noqa: E402
 
 DEMO = os.path.join(ROOT, "..", "shared", "data", "mrc", "dureader_checklist", "demo.json")
 # the 50 demo questions the stage-5 model was trained on (split by passage, seed 0: checklist_tuning_mix.py)
 TUNING_HALF = os.path.join(ROOT, "recipes", "checklist_demo_tuning_half.txt")
-
-
-def items_of(examples) -> list[dict]:
-    return [{"question": e.question, "passage": e.context, "title": e.title} for e in examples]
 
 
 def answers(raws, tn: float, ta: float, tv: float = -1.0) -> list[str]:

@@ -9,6 +9,7 @@ score on new questions of the same distribution.
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from typing import Mapping, Sequence
@@ -16,6 +17,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ...errors import ConfigError
+from .answerability import apply as apply_answerability, fit as fit_answerability
 from .decoding import NO_ANSWER, answered
 from .thresholds import RULES, tune_on_raw
 
@@ -78,8 +80,10 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[dict]], examples: Sequenc
     example's from the model that did not train on it) and a no-answer rule with its thresholds for every
     fold on the OTHER folds' examples (tune_on_raw, official F1; ties: the earlier candidate and rule), and
     apply it to the fold. Returns {"answers": per-example text or NO_ANSWER, "f1", "em": per-example scores
-    (0-1), "choices": per fold {setting, rule, thresholds, tuned F1 on the other folds}, "pooled": the
-    setting chosen on all folds together (what a model trained on all of them ships with)}."""
+    (0-1), "choices": per fold {setting, rule, thresholds, tuned F1 on the other folds, fusion: the fitted
+    answerability model of rule "fused" as a dict}, "pooled": the setting chosen on all folds together (what
+    a model trained on all of them ships with), "p_answerable": per example the P(answerable) its fold's
+    rule thresholded (rule "fused": the fused model's, fitted without the fold)}."""
     from ...evaluation.dureader import Reference, score_one
 
     for r in rules:
@@ -92,8 +96,6 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[dict]], examples: Sequenc
         raise ConfigError("no decoding setting to choose from")
     folds = np.asarray(folds)
 
-    y = np.array([not ex.is_impossible for ex in examples])
-
     def best_on(mask: np.ndarray) -> dict:
         """The best setting and rule tuned on the examples in mask; "fused" raws are fitted on them too."""
         sub = [examples[i] for i in np.nonzero(mask)[0]]
@@ -101,66 +103,49 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[dict]], examples: Sequenc
         for name, raws in candidates.items():
             for rule in rules:
                 if rule == "fused":
-                    model = fit_fusion(raws, y, mask)
-                    use, tune_rule = fused_raws(raws, model), "cls"
+                    use, model = fused_raws(raws, examples, mask)
+                    tune_rule = "cls"
                 else:
                     model, use, tune_rule = None, raws, rule
                 t = tune_on_raw([use[i] for i in np.nonzero(mask)[0]], sub, rule=tune_rule, verifier_threshold=-1.0)
                 if best is None or (t["dev_f1"], t["dev_em"]) > (best["dev_f1"], best["dev_em"]):
-                    best = dict(t, setting=name, rule=rule, fusion=model, raws=use)
+                    best = dict(t, setting=name, rule=rule, raws=use,
+                                fusion=dataclasses.asdict(model) if model is not None else None)
         return best
 
     answers, f1, em, choices = [None] * n, np.zeros(n), np.zeros(n), {}
+    p_used = [None] * n
     for f in sorted(set(folds.tolist())):
         c = best_on(folds != f)
         use = c.pop("raws")
         choices[int(f)] = c
         for i in np.nonzero(folds == f)[0]:
             raw = use[i]
+            p_used[i] = raw["p_answerable"]
             ok = answered(raw, c["null_threshold"], c["answerable_threshold"], c["verifier_threshold"])
             answers[i] = raw["nbest"][0]["text"] if ok else NO_ANSWER
             ex = examples[i]
             f1[i], em[i] = score_one(Reference(ex.answer_texts, ex.is_impossible, ex.qtype), answers[i])
     pooled = best_on(np.ones(n, dtype=bool))
     pooled.pop("raws")
-    return {"answers": answers, "f1": f1, "em": em, "choices": choices, "pooled": pooled}
+    return {"answers": answers, "f1": f1, "em": em, "choices": choices, "pooled": pooled, "p_answerable": p_used}
 
 
-def fusion_features(raw: dict) -> list[float]:
-    """The answerability signals of one decode result as features: null diff (clipped; no span: -20),
-    logit P(answerable), the top span's probability and the verifier's relevance (0 without one)."""
-    d = raw["null_diff"]
-    d = -20.0 if not np.isfinite(d) else float(np.clip(d, -20, 20))
-    p = float(np.clip(raw["p_answerable"] if raw["p_answerable"] is not None else 0.5, 1e-6, 1 - 1e-6))
-    top = raw["nbest"][0]["prob"] if raw["nbest"] else 0.0
-    rel = raw.get("relevance")
-    return [d, float(np.log(p / (1 - p))), float(top), float(rel) if rel is not None else 0.0]
+def fused_raws(raws: Sequence[dict], examples: Sequence, mask: np.ndarray) -> tuple[list[dict], object]:
+    """The answerability model (tasks/mrc/answerability.py) fitted on the examples in mask, and every raw
+    with its P(answerable) replaced by the fused probability and its null test opened (a span found passes),
+    so that rule "cls" thresholds the fused score alone, as the predictor applies a saved model."""
+    items = items_of(examples)
+    y = np.array([not ex.is_impossible for ex in examples])
+    idx = np.nonzero(mask)[0]
+    model = fit_answerability([raws[i] for i in idx], [items[i] for i in idx], y[idx])
+    fused = apply_answerability(model, raws, items)
+    return [dict(r, null_diff=1e9 if r["nbest"] else -np.inf) for r in fused], model
 
 
-def fit_fusion(raws: Sequence[dict], y: np.ndarray, mask: np.ndarray) -> dict:
-    """Logistic regression of answerable on fusion_features over the examples in mask (standardised,
-    L2, C=1): {"mean", "scale", "coef", "intercept"} as plain lists, so a model's config can hold it."""
-    from sklearn.linear_model import LogisticRegression
-
-    X = np.array([fusion_features(raws[i]) for i in np.nonzero(mask)[0]])
-    mu, sd = X.mean(0), X.std(0) + 1e-9
-    lr = LogisticRegression(C=1.0, max_iter=1000).fit((X - mu) / sd, y[mask])
-    return {"mean": mu.tolist(), "scale": sd.tolist(), "coef": lr.coef_[0].tolist(),
-            "intercept": float(lr.intercept_[0])}
-
-
-def fused_probability(raw: dict, fusion: dict) -> float:
-    """P(answerable) of one decode result under a fit_fusion model."""
-    x = (np.array(fusion_features(raw)) - np.array(fusion["mean"])) / np.array(fusion["scale"])
-    z = float(x @ np.array(fusion["coef"]) + fusion["intercept"])
-    return float(1.0 / (1.0 + np.exp(-np.clip(z, -50, 50))))
-
-
-def fused_raws(raws: Sequence[dict], fusion: dict) -> list[dict]:
-    """raws whose P(answerable) is the fused probability and whose null test always passes (a span found),
-    so that rule "cls" thresholds the fused score alone."""
-    return [dict(r, p_answerable=fused_probability(r, fusion), null_diff=1e9 if r["nbest"] else -np.inf,
-                 relevance=None) for r in raws]
+def items_of(examples: Sequence) -> list[dict]:
+    """The predictor's items (question, passage, title) of MRC examples."""
+    return [{"question": ex.question, "passage": ex.context, "title": ex.title} for ex in examples]
 
 
 def bootstrap_interval(values: Sequence[float], n_resamples: int = 10000, seed: int = 0,

@@ -16,6 +16,7 @@ from ...errors import ConfigError, DataError
 from ...modeling.optimize import optimize_for_inference
 from ..blank import is_blank
 from ..interrupt import check_interrupt
+from .answerability import apply as apply_answerability, check_model
 from .decoding import EXTENSIONS, answered, decode
 
 
@@ -92,6 +93,10 @@ class MRCPredictor:
             raise ConfigError(f"answer_extension {self.answer_extension!r} not in {', '.join(EXTENSIONS)}")
         self.verifier = _verifier_of(self.models[0], verifier)
         self.verifier_threshold = pick(verifier_threshold, first.verifier_threshold)
+        # the fused answerability model the thresholds were tuned with (None: the reader's classifier)
+        self.answerability = first.answerability
+        if self.answerability is not None:
+            check_model(self.answerability)
 
     # ------------------------------------------------------------------ public API
     def predict(self, question: str, passage: str, title: Optional[str] = None) -> dict:
@@ -109,13 +114,16 @@ class MRCPredictor:
         return out
 
     def raw_scores(self, items: Sequence[dict]) -> list[dict]:
-        """Per item: n-best spans (character offsets), the best null diff, max P(answerable) and the
-        verifier's relevance (None without a verifier)."""
+        """Per item: n-best spans (character offsets), the best null diff, P(answerable) (the fused model's
+        when the model has one, the reader's then kept as p_reader) and the verifier's relevance (None
+        without a verifier)."""
         raws = [decode(ws, it["passage"], self.n_best, self.max_answer_length, self.answer_extension)
                 for ws, it in zip(self.window_scores(items), items)]
         rel = self.relevance(items)
         for r, v in zip(raws, rel if rel is not None else []):
             r["relevance"] = float(v)
+        if self.answerability is not None:
+            raws = apply_answerability(self.answerability, raws, items)
         return raws
 
     def relevance(self, items: Sequence[dict]) -> Optional[np.ndarray]:

@@ -98,6 +98,8 @@ def save_thresholds(model, model_dir: str, tuned: dict, tuned_on: str) -> None:
             new[name] = tuned[name]
     if "verifier" in tuned:  # chosen with them (None: the rule does without one)
         new["verifier"] = tuned["verifier"]
+    if "answerability" in tuned:  # the fused model the thresholds were tuned on (None: the reader's P)
+        new["answerability"] = tuned["answerability"]
     info = dict(head.info, thresholds_tuned_on=tuned_on, tuned_dev_f1=round(tuned["dev_f1"], 3))
     model.config.head = dataclasses.replace(head, mrc=dataclasses.replace(head.mrc_settings, **new), info=info)
     model.config.save(os.path.join(model_dir, "config.json"))

@@ -1,0 +1,119 @@
+"""The fused answerability model: P(answerable) from the reader's signals AND from how the question matches
+its title and passage, one logistic regression fitted on real questions (out of fold, by
+`crossval.tune_out_of_fold`) and saved in the model's config (`head.mrc.answerability`).
+
+Why lexical features: DuReader-checklist's unanswerable questions are near-copies of the question a passage
+was written for (its title), changed in one detail ("下巴反复长痘痘是什么原因" -> "下巴长痘痘是什么原因14岁",
+"力补金秋胶囊有什么作用" -> "力补金秋胶囊副作用"). A small reader ranks them weakly (AUC ~0.72 for its null
+score); how much of the question the title and the passage cover is a signal of its own, and the two combine.
+
+Features (`FEATURES`, each a number per question; the reader's come from one `decoding.decode` result):
+- reader: null diff (clipped to [-20, 20]; no span: -20), logit of the classifier's P(answerable), the top
+  span's probability among the n-best, the verifier's relevance (0 without one);
+- span: log(1 + top span length), the share of its characters found in the question (an answer that repeats
+  the question is a bad one);
+- title: has a title; character and bigram coverage of the question by the title and of the title by the
+  question (0 without a title). The title is cut at its site suffix ("..._百度知道", "... - 知乎");
+- passage: character, bigram and trigram coverage of the question by the passage; log lengths.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ...config import AnswerabilityModel
+from ...errors import ConfigError
+
+FEATURES = ("null_diff", "reader_logit", "top_prob", "relevance", "span_log_len", "span_in_question",
+            "has_title", "q_in_title", "title_in_q", "q_bigrams_in_title", "title_bigrams_in_q",
+            "q_in_passage", "q_bigrams_in_passage", "q_trigrams_in_passage", "q_log_len", "passage_log_len")
+
+# a site suffix after the page's own title: "_有问必答_快速问医生", " - 知乎", "-太平洋汽车网", "|..."
+_SITE_SUFFIX = re.compile(r"[_|｜]|\s+-\s*|-{1,2}(?=[^\d])")
+
+
+def clean_title(title: Optional[str]) -> str:
+    """The page's own title: a leading 【...】 taken, cut at the first site-suffix separator, stripped."""
+    if not title:
+        return ""
+    t = title.strip()
+    if t.startswith("【") and "】" in t:  # "【一吨沙子等于多少立方】作业帮": the bracketed part is the title
+        t = t[1:t.index("】")]
+    return _SITE_SUFFIX.split(t, maxsplit=1)[0].strip()
+
+
+def coverage(text: str, other: str, n: int = 1) -> float:
+    """Share of `text`'s character n-grams found in `other` (1.0 for a text shorter than n)."""
+    grams = [text[i:i + n] for i in range(len(text) - n + 1)]
+    return sum(g in other for g in grams) / len(grams) if grams else 1.0
+
+
+def lexical_features(question: str, passage: str, title: Optional[str]) -> dict:
+    t = clean_title(title)
+    has = 1.0 if t else 0.0
+    return {"has_title": has,
+            "q_in_title": has * coverage(question, t), "title_in_q": has * coverage(t, question),
+            "q_bigrams_in_title": has * coverage(question, t, 2), "title_bigrams_in_q": has * coverage(t, question, 2),
+            "q_in_passage": coverage(question, passage), "q_bigrams_in_passage": coverage(question, passage, 2),
+            "q_trigrams_in_passage": coverage(question, passage, 3),
+            "q_log_len": math.log(1 + len(question)), "passage_log_len": math.log(1 + len(passage))}
+
+
+def reader_features(raw: dict, question: str) -> dict:
+    """The features of one `decode` result (its own P(answerable): call before it is replaced by the fused one)."""
+    d = raw["null_diff"]
+    d = -20.0 if not np.isfinite(d) else float(np.clip(d, -20, 20))
+    p = float(np.clip(raw["p_answerable"] if raw["p_answerable"] is not None else 0.5, 1e-6, 1 - 1e-6))
+    top = raw["nbest"][0] if raw["nbest"] else None
+    rel = raw.get("relevance")
+    return {"null_diff": d, "reader_logit": float(np.log(p / (1 - p))), "top_prob": float(top["prob"]) if top else 0.0,
+            "relevance": float(rel) if rel is not None else 0.0,
+            "span_log_len": math.log(1 + len(top["text"])) if top else 0.0,
+            "span_in_question": coverage(top["text"], question) if top and top["text"] else 0.0}
+
+
+def feature_vector(raw: dict, item: dict, names: Sequence[str] = FEATURES) -> np.ndarray:
+    """(F,) the named features of one question: item has question, passage (or context) and title."""
+    passage = item.get("passage", item.get("context")) or ""
+    f = {**reader_features(raw, item["question"]), **lexical_features(item["question"], passage, item.get("title"))}
+    return np.array([f[n] for n in names], dtype=float)
+
+
+def check_model(model: AnswerabilityModel, where: str = "head.mrc.answerability") -> None:
+    """ConfigError unless every feature the model names is one this module computes."""
+    unknown = [n for n in model.features if n not in FEATURES]
+    if unknown:
+        raise ConfigError(f"{where}.features: unknown feature(s) {', '.join(unknown)} (known: {', '.join(FEATURES)})")
+
+
+def fit(raws: Sequence[dict], items: Sequence[dict], y: Sequence[bool], names: Sequence[str] = FEATURES,
+        c: float = 1.0) -> AnswerabilityModel:
+    """Logistic regression of answerable on the standardised features (L2, C=c) of these questions."""
+    from sklearn.linear_model import LogisticRegression
+
+    if len(raws) != len(items) or len(items) != len(y):
+        raise ConfigError("fit: one decode result, one item and one label per question")
+    if len(set(map(bool, y))) < 2:
+        raise ConfigError("fit: the questions must include answerable and unanswerable ones")
+    X = np.stack([feature_vector(r, it, names) for r, it in zip(raws, items)])  # (N, F)
+    mu, sd = X.mean(0), X.std(0)
+    sd = np.where(sd > 1e-9, sd, 1.0)  # a constant feature (no verifier: relevance 0) gets weight 0
+    lr = LogisticRegression(C=c, max_iter=2000).fit((X - mu) / sd, np.asarray(y, dtype=bool))
+    return AnswerabilityModel(features=list(names), mean=mu.tolist(), scale=sd.tolist(),
+                              coef=lr.coef_[0].tolist(), intercept=float(lr.intercept_[0]))
+
+
+def probability(model: AnswerabilityModel, raw: dict, item: dict) -> float:
+    """P(answerable) of one question under the fused model."""
+    x = (feature_vector(raw, item, model.features) - np.array(model.mean)) / np.array(model.scale)
+    z = float(x @ np.array(model.coef) + model.intercept)
+    return float(1.0 / (1.0 + math.exp(-max(min(z, 50.0), -50.0))))
+
+
+def apply(model: AnswerabilityModel, raws: Sequence[dict], items: Sequence[dict]) -> list[dict]:
+    """raws with P(answerable) replaced by the fused probability (the reader's own kept as p_reader). The
+    null test is then left to the thresholds: a fused model is tuned with the null test open (rule "cls")."""
+    return [dict(r, p_reader=r["p_answerable"], p_answerable=probability(model, r, it)) for r, it in zip(raws, items)]
