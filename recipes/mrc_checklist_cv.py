@@ -12,7 +12,12 @@ Every step is resumable: a fold whose predictions are on disk is not trained aga
 
 Usage: python recipes/mrc_checklist_cv.py --out runs/cv [--base models/mrc-zh-e5small-l6]
          [--data ../shared/data/mrc/dureader_checklist/dev_public.json] [--folds 5] [--steps 150]
-         [--extra robust:400] [--no-train] [--final] [--verifier DIR]
+         [--extra robust:400] [--overlap-penalties 0,2,5] [--no-train] [--final] [--verifier DIR]
+
+Decoding settings are answer length x extension x question-overlap penalty; the no-answer rules are the
+reader's (both / null / cls), the verifier's with --verifier, and "fused": the answerability model of
+bertfam.tasks.mrc.answerability (reader signals + question/title/passage match), fitted on the other folds.
+A run's kept fold predictions are scored again by its kept fold models when settings are added.
 """
 from __future__ import annotations
 
@@ -108,21 +113,41 @@ def train_one(args, train_exs, out_dir: str):
     return model
 
 
-def raw_candidates(model, exs, relevance) -> dict:
+def setting_names(penalties) -> list[str]:
+    """Every decoding setting: "EXT/LENGTH" and, with a question-overlap penalty, "EXT/LENGTH/qPENALTY"."""
+    return [f"{ext}/{L}" + (f"/q{q:g}" if q else "") for q in penalties for ext in EXTENSIONS for L in LENGTHS]
+
+
+def parse_setting(name: str) -> tuple[str, int, float]:
+    """(answer extension, max answer length, question-overlap penalty) of a setting name."""
+    ext, length, *rest = name.split("/")
+    return ext, int(length), float(rest[0][1:]) if rest else 0.0
+
+
+def raw_candidates(model, exs, relevance, penalties) -> dict:
     """{"none/32": [decode result per example], ...}: one forward pass, every decoding setting."""
     pred = MRCPredictor(model, verifier=False)  # a list of models: their logits averaged
     ws = pred.window_scores(items_of(exs))
     out = {}
-    for ext in EXTENSIONS:
-        for L in LENGTHS:
-            raws = []
-            for w, e, rel in zip(ws, exs, relevance):
-                r = decode(w, e.context, pred.n_best, L, ext)
-                r["nbest"] = r["nbest"][:1]
-                r["relevance"] = rel
-                raws.append(r)
-            out[f"{ext}/{L}"] = raws
+    for name in setting_names(penalties):
+        ext, L, q = parse_setting(name)
+        raws = []
+        for w, e, rel in zip(ws, exs, relevance):
+            r = decode(w, e.context, pred.n_best, L, ext, e.question, q)
+            r["nbest"] = r["nbest"][:1]
+            r["relevance"] = rel
+            raws.append(r)
+        out[name] = raws
     return out
+
+
+def trained_fold_model(args, f: int):
+    """Fold f's model as trained before (OUT/foldF), the --members' fold models, or --base (--no-train)."""
+    from bertfam.checkpoint import from_pretrained
+
+    if args.members:
+        return [from_pretrained(os.path.join(r, f"fold{f}")) for r in args.members.split(",")]
+    return from_pretrained(args.base if args.no_train else os.path.join(args.out, f"fold{f}"))
 
 
 def relevance_of(exs, verifier_dir, path: str) -> list:
@@ -226,32 +251,36 @@ def main() -> int:
     ap.add_argument("--verifier", default=None,
                     help="a verifier directory, or a recipes/mrc_verifier_cv.py run (its out-of-fold scores): "
                          "adds the verifier and all rules")
+    ap.add_argument("--overlap-penalties", default="0,2,5",
+                    help="question-overlap penalties tried as decoding settings (comma list; 0: none)")
     ap.add_argument("--no-train", action="store_true", help="score --base itself out of fold (no fine-tuning)")
     ap.add_argument("--members", default=None, metavar="RUN,RUN",
                     help="no training: score the logit-averaged ensemble of these runs' fold models out of fold")
     ap.add_argument("--final", action="store_true", help="then train on all folds and save OUT/final")
+    ap.add_argument("--final-model", default=None, metavar="DIR",
+                    help="with --final: DIR already holds the model this recipe trained on all folds (e.g. the "
+                         "shipped one); only the out-of-fold choice is written into its config")
     args, exs, folds = start(ap)
     atomic_write_text(os.path.join(args.out, "folds.json"),
                       json.dumps({e.qid: f for e, f in zip(exs, folds)}, indent=0) + "\n")
     rel = relevance_of(exs, args.verifier, os.path.join(args.out, "relevance.json"))
     rules = ("both", "null", "cls") + (("verifier", "all") if args.verifier else ())
+    penalties = [float(x) for x in args.overlap_penalties.split(",")]
     extra = extra_examples(args.extra, args.seed) if args.extra and not (args.no_train or args.members) else []
     pieces: dict = {}
     only = {int(x) for x in args.only_folds.split(",")} if args.only_folds else set(range(args.folds))
     for f in sorted(only):
         path = os.path.join(args.out, f"fold{f}.raw.json")
         idx = [i for i, g in enumerate(folds) if g == f]
-        if not os.path.isfile(path):
+        kept = json.load(open(path)) if os.path.isfile(path) else None
+        if kept is None or set(setting_names(penalties)) - set(kept):  # new, or new decoding settings
             print(f"fold {f}: {len(idx)} questions held out", file=sys.stderr)
-            if args.no_train or args.members:
-                from bertfam.checkpoint import from_pretrained
-
-                model = ([from_pretrained(os.path.join(r, f"fold{f}")) for r in args.members.split(",")]
-                         if args.members else from_pretrained(args.base))
-            else:
+            if kept is None and not (args.no_train or args.members):
                 model = train_one(args, fold_training_set(exs, folds, f, args.repeat, extra),
                                   os.path.join(args.out, f"fold{f}"))
-            c = raw_candidates(model, [exs[i] for i in idx], [rel[i] for i in idx])
+            else:  # predictions kept from a run with fewer settings: the fold's model scores them again
+                model = trained_fold_model(args, f)
+            c = raw_candidates(model, [exs[i] for i in idx], [rel[i] for i in idx], penalties)
             atomic_write_text(path, json.dumps(c))
             del model
         pieces[f] = json.load(open(path))
@@ -278,7 +307,7 @@ def main() -> int:
     results["best"] = best["label"]
     atomic_write_text(os.path.join(args.out, "cv.json"), json.dumps(results, ensure_ascii=False, indent=1) + "\n")
     if args.final and not (args.no_train or args.members):
-        final_dir = os.path.join(args.out, "final")
+        final_dir = args.final_model or os.path.join(args.out, "final")
         if not os.path.isfile(os.path.join(final_dir, "model.safetensors")):
             model = train_one(args, fold_training_set(exs, folds, None, args.repeat, extra), final_dir)
         else:
@@ -286,8 +315,8 @@ def main() -> int:
 
             model = from_pretrained(final_dir)
         p = best["pooled"]
-        ext, length = p["setting"].split("/")
-        tuned = dict(p, max_answer_length=int(length), answer_extension=ext)
+        ext, length, q = parse_setting(p["setting"])
+        tuned = dict(p, max_answer_length=length, answer_extension=ext, question_overlap_penalty=q)
         if p["rule"] not in ("verifier", "all"):
             tuned["verifier"] = None
         tuned["answerability"] = p["fusion"] if p["rule"] == "fused" else None

@@ -187,12 +187,18 @@ def test_the_cross_validation_recipe_end_to_end(tmp_path):
     best = next(x for x in cv["reports"] if x["label"] == cv["best"])
     assert rec["oof_f1"] == best["oof_f1"]
     mrc = final.config.head.mrc
-    ext, length = best["pooled"]["setting"].split("/")
+    ext, length, *penalty = best["pooled"]["setting"].split("/")
     assert (mrc.answer_extension, mrc.max_answer_length) == (ext, int(length)) and mrc.verifier is None
+    assert mrc.question_overlap_penalty == (float(penalty[0][1:]) if penalty else 0.0)
+    assert (mrc.answerability is not None) == (best["pooled"]["rule"] == "fused")
     # rerun: every fold's predictions and the final model are reused, the same table comes out
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "held out" not in again.stderr
     assert json.load(open(out / "cv.json"))["reports"][0]["oof_f1"] == cv["reports"][0]["oof_f1"]
+    # a new decoding setting: the kept fold models score their folds again, nothing is retrained
+    more = subprocess.run(cmd + ["--overlap-penalties", "0,2,5,9"], capture_output=True, text=True, timeout=300)
+    assert more.returncode == 0 and "held out" in more.stderr and "trained" not in more.stderr, more.stderr[-2000:]
+    assert "none/8/q9" in json.load(open(out / "fold0.raw.json"))
 
 
 def test_the_verifier_cross_validation_recipe_feeds_the_reader_recipe(tmp_path):

@@ -26,6 +26,7 @@ import numpy as np
 
 from ...config import AnswerabilityModel
 from ...errors import ConfigError
+from .decoding import coverage
 
 FEATURES = ("null_diff", "reader_logit", "top_prob", "relevance", "span_log_len", "span_in_question",
             "has_title", "q_in_title", "title_in_q", "q_bigrams_in_title", "title_bigrams_in_q",
@@ -43,12 +44,6 @@ def clean_title(title: Optional[str]) -> str:
     if t.startswith("【") and "】" in t:  # "【一吨沙子等于多少立方】作业帮": the bracketed part is the title
         t = t[1:t.index("】")]
     return _SITE_SUFFIX.split(t, maxsplit=1)[0].strip()
-
-
-def coverage(text: str, other: str, n: int = 1) -> float:
-    """Share of `text`'s character n-grams found in `other` (1.0 for a text shorter than n)."""
-    grams = [text[i:i + n] for i in range(len(text) - n + 1)]
-    return sum(g in other for g in grams) / len(grams) if grams else 1.0
 
 
 def lexical_features(question: str, passage: str, title: Optional[str]) -> dict:

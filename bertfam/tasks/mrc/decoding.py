@@ -82,13 +82,23 @@ class _Extender:
         return a, b
 
 
+def coverage(text: str, other: str, n: int = 1) -> float:
+    """Share of `text`'s character n-grams found in `other` (1.0 for a text shorter than n)."""
+    grams = [text[i:i + n] for i in range(len(text) - n + 1)]
+    return sum(g in other for g in grams) / len(grams) if grams else 1.0
+
+
 def decode(windows: list, passage: str, n_best: int = MRCSettings.n_best,
-           max_answer_length: int = MRCSettings.max_answer_length, extend: str = "none") -> dict:
+           max_answer_length: int = MRCSettings.max_answer_length, extend: str = "none", question: str = "",
+           overlap_penalty: float = 0.0) -> dict:
     """Combine the windows of one passage: n-best spans over all windows (character offsets into the
     passage; the same text from overlapping windows or repeated in the passage is listed once, at its
     best score), null diff (best span - min null score) and max P(answerable). extend: widen every span to
-    its clause / sentence (`extend_span`) before equal texts are merged."""
+    its clause / sentence (`extend_span`) before equal texts are merged. overlap_penalty: every span's
+    score is lowered by this times the share of its characters found in `question` (a small reader often
+    answers 中国的首都是哪里？ with 中华人民共和国的首都, the question's own words, rather than 北京)."""
     widen = _Extender(passage, extend)
+    penalty = _OverlapPenalty(question, overlap_penalty)
     cands: dict[tuple[int, int], float] = {}
     null = math.inf
     p_ans = None
@@ -106,7 +116,7 @@ def decode(windows: list, passage: str, n_best: int = MRCSettings.n_best,
                 if e < s or e - s + 1 > max_answer_length:
                     continue
                 span = widen(w.offsets[s][0], w.offsets[e][1])
-                score = float(start[s] + end[e])
+                score = float(start[s] + end[e]) - penalty(passage, span)
                 if score > cands.get(span, -math.inf):
                     cands[span] = score
     ranked, seen = [], set()
@@ -123,6 +133,21 @@ def decode(windows: list, passage: str, n_best: int = MRCSettings.n_best,
                  for ((a, b), sc), pr in zip(ranked, probs)]
     diff = nbest[0]["score"] - null if nbest and null < math.inf else -math.inf
     return {"nbest": nbest, "null_diff": diff, "p_answerable": p_ans, "relevance": None}
+
+
+class _OverlapPenalty:
+    """decode's span penalty, memoised per span (n_best x n_best candidates, many widened to one clause)."""
+
+    def __init__(self, question: str, weight: float):
+        self.chars, self.weight, self.memo = set(question), weight, {}
+
+    def __call__(self, passage: str, span: tuple[int, int]) -> float:
+        if not self.weight or not self.chars:
+            return 0.0
+        if span not in self.memo:
+            text = passage[span[0]:span[1]]
+            self.memo[span] = self.weight * (sum(c in self.chars for c in text) / len(text) if text else 0.0)
+        return self.memo[span]
 
 
 def answered(raw: dict, null_threshold: float, answerable_threshold: float,

@@ -89,6 +89,7 @@ class MRCPredictor:
                                          float(np.mean([s.answerable_threshold for s in settings])))
         self.has_answerability = all(m.span.answerable is not None for m in self.models)
         self.answer_extension = pick(answer_extension, first.answer_extension)
+        self.question_overlap_penalty = first.question_overlap_penalty
         if self.answer_extension not in EXTENSIONS:
             raise ConfigError(f"answer_extension {self.answer_extension!r} not in {', '.join(EXTENSIONS)}")
         self.verifier = _verifier_of(self.models[0], verifier)
@@ -117,7 +118,8 @@ class MRCPredictor:
         """Per item: n-best spans (character offsets), the best null diff, P(answerable) (the fused model's
         when the model has one, the reader's then kept as p_reader) and the verifier's relevance (None
         without a verifier)."""
-        raws = [decode(ws, it["passage"], self.n_best, self.max_answer_length, self.answer_extension)
+        raws = [decode(ws, it["passage"], self.n_best, self.max_answer_length, self.answer_extension,
+                       it["question"], self.question_overlap_penalty)
                 for ws, it in zip(self.window_scores(items), items)]
         rel = self.relevance(items)
         for r, v in zip(raws, rel if rel is not None else []):
