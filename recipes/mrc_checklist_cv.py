@@ -222,6 +222,12 @@ def report(exs, folds, cands, rules, label: str) -> dict:
             "mean_answer_chars": round(sum(lens) / max(1, len(lens)), 1)}
 
 
+def uses_verifier(choice: dict) -> bool:
+    """A fused choice whose answerability model weighs the verifier's relevance (it then ships with it)."""
+    f = choice.get("fusion")
+    return bool(f) and any(n == "relevance" and c != 0.0 for n, c in zip(f["features"], f["coef"]))
+
+
 def applied_auc(exs, p) -> float | None:
     """ROC AUC (answerable = positive) of the per-question P(answerable) the folds' rules thresholded."""
     from sklearn.metrics import roc_auc_score
@@ -303,6 +309,10 @@ def main() -> int:
     if args.verifier:
         results["reports"].append(report(exs, folds, cands, rules, "reader + verifier rules"))
     results["reports"].append(report(exs, folds, cands, rules + ("fused",), "fused signals (logistic regression)"))
+    if args.verifier:  # the same without the verifier's score: a system without a second encoder
+        bare = {k: [dict(r, relevance=None) for r in v] for k, v in cands.items()}
+        results["reports"].append(report(exs, folds, bare, ("both", "null", "cls", "fused"),
+                                         "fused signals without the verifier"))
     best = max(results["reports"], key=lambda r: r["oof_f1"])
     results["best"] = best["label"]
     atomic_write_text(os.path.join(args.out, "cv.json"), json.dumps(results, ensure_ascii=False, indent=1) + "\n")
@@ -317,8 +327,8 @@ def main() -> int:
         p = best["pooled"]
         ext, length, q = parse_setting(p["setting"])
         tuned = dict(p, max_answer_length=length, answer_extension=ext, question_overlap_penalty=q)
-        if p["rule"] not in ("verifier", "all"):
-            tuned["verifier"] = None
+        if p["rule"] not in ("verifier", "all") and not uses_verifier(p):
+            tuned["verifier"] = None  # the shipped rule does without one
         tuned["answerability"] = p["fusion"] if p["rule"] == "fused" else None
         save_thresholds(model, final_dir, tuned, f"out of fold on {os.path.basename(args.data)}")
         info_path = os.path.join(final_dir, "training_info.json")

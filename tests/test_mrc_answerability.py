@@ -142,3 +142,12 @@ def test_a_saved_model_is_applied_by_the_predictor(tmp_path):
                                             "title": "首都"}], details=True)
     assert no_title["answerable"] and no_title["p_answerable"] > 0.99
     assert not titled["answerable"] and titled["p_answerable"] < 0.01
+
+
+def test_a_model_that_weighs_the_verifier_needs_one():
+    m = AnswerabilityModel(features=["relevance", "has_title"], mean=[0.5, 0.5], scale=[0.1, 0.5], coef=[2.0, 0.0],
+                           intercept=0.0)
+    check_model(m)
+    with pytest.raises(ConfigError, match="weighs the verifier's relevance, but the predictor has no verifier"):
+        check_model(m, needs_relevance=True)
+    check_model(AnswerabilityModel(**dict(m.__dict__, coef=[0.0, 1.0])), needs_relevance=True)

@@ -77,11 +77,17 @@ def feature_vector(raw: dict, item: dict, names: Sequence[str] = FEATURES) -> np
     return np.array([f[n] for n in names], dtype=float)
 
 
-def check_model(model: AnswerabilityModel, where: str = "head.mrc.answerability") -> None:
-    """ConfigError unless every feature the model names is one this module computes."""
+def check_model(model: AnswerabilityModel, needs_relevance: bool = False,
+                where: str = "head.mrc.answerability") -> None:
+    """ConfigError unless every feature the model names is one this module computes, and (needs_relevance:
+    the predictor has no verifier) unless the model gives the verifier's relevance no weight: without the
+    verifier that feature would read 0, a value the model never saw."""
     unknown = [n for n in model.features if n not in FEATURES]
     if unknown:
         raise ConfigError(f"{where}.features: unknown feature(s) {', '.join(unknown)} (known: {', '.join(FEATURES)})")
+    if needs_relevance and any(n == "relevance" and c != 0.0 for n, c in zip(model.features, model.coef)):
+        raise ConfigError(f"{where} weighs the verifier's relevance, but the predictor has no verifier "
+                          "(head.mrc.verifier names none, or verifier=False / --no-verifier was given)")
 
 
 def fit(raws: Sequence[dict], items: Sequence[dict], y: Sequence[bool], names: Sequence[str] = FEATURES,

@@ -97,7 +97,7 @@ class MRCPredictor:
         # the fused answerability model the thresholds were tuned with (None: the reader's classifier)
         self.answerability = first.answerability
         if self.answerability is not None:
-            check_model(self.answerability)
+            check_model(self.answerability, needs_relevance=self.verifier is None)
 
     # ------------------------------------------------------------------ public API
     def predict(self, question: str, passage: str, title: Optional[str] = None) -> dict:
