@@ -252,7 +252,9 @@ def test_the_verifier_cross_validation_recipe_feeds_the_reader_recipe(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.load(open(cv / "cv.json"))
     assert "relevance" in res["signals"]["auc"]
-    assert any(x["label"] == "reader + verifier rules" for x in res["reports"])
+    labels = [x["label"] for x in res["reports"]]
+    assert "reader + verifier rules" in labels and "fused signals without the verifier" in labels
+    assert all(x["applied_auc"] is not None for x in res["reports"])
     raws = json.load(open(cv / "fold0.raw.json"))
     folds = json.load(open(cv / "folds.json"))
     held = [i for i, f in enumerate(folds.values()) if f == 0]
