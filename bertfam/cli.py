@@ -11,7 +11,7 @@ import importlib
 import logging
 import sys
 
-from .commands.common import DEFAULT_ONLY
+from .commands.flags import DEFAULT_ONLY
 from .errors import BertfamError, TrainingStopped
 
 # order = order in `bertfam --help`

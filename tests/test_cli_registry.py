@@ -9,7 +9,7 @@ import pytest
 import bertfam.commands
 from bertfam import cli
 
-HELPERS = {"common"}  # shared argument helpers, no sub-commands of their own
+HELPERS = {"common", "flags"}  # shared argument helpers and the --config options, no sub-commands of their own
 
 
 def test_every_command_module_is_listed_and_registers():

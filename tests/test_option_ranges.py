@@ -5,7 +5,8 @@ import argparse
 import pytest
 
 from bertfam import cli
-from bertfam.commands.common import NumberRange, RunConfig
+from bertfam.commands.common import NumberRange
+from bertfam.commands.flags import Flags
 
 PARSER = cli.build_parser()
 
@@ -78,9 +79,9 @@ def test_out_of_range_value_is_one_usage_error(capsys, option):
 
 
 def _default(parser, action):
-    """The option's default; a command with --config keeps it in its RunConfig (argparse's is SUPPRESS)."""
+    """The option's default; a command with --config keeps it in its Flags (argparse's is SUPPRESS)."""
     run = parser.get_default("func")
-    return run.defaults[action.dest] if isinstance(run, RunConfig) else action.default
+    return run.defaults[action.dest] if isinstance(run, Flags) else action.default
 
 
 @pytest.mark.parametrize("option", RANGED, ids=_id)

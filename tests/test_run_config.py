@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bertfam import cli
-from bertfam.commands.common import RunConfig
+from bertfam.commands.flags import Flags
 from bertfam.training import TrainConfig
 
 from .conftest import FIXTURES, ZH_VOCAB
@@ -28,7 +28,7 @@ def test_every_training_command_has_config_threads_and_grad_accum():
     assert set(training) == TRAINING  # a new command with --lr is a training command: it belongs here
     for prefix, parser in training.items():
         assert {"--config", "--threads", "--grad-accum"} <= _options(parser), prefix
-        assert isinstance(parser.get_default("func"), RunConfig), prefix
+        assert isinstance(parser.get_default("func"), Flags), prefix
 
 
 # ------------------------------------------------------------------ errors in a run file: one line, exit 2

@@ -1,4 +1,5 @@
-"""Argument helpers shared by the command modules: range-checked option types and shared option groups.
+"""Argument helpers shared by the command modules: range-checked option types and shared option groups
+(the trainer's, as `Flag` tables of TrainConfig fields for the commands whose options `flags.Flags` makes).
 
 A value out of range fails while argparse parses, so the user sees the usage and one `error:` line that
 names the option (exit code 2) instead of a traceback from deep inside torch, or a run that silently does
@@ -8,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 from typing import Optional
+
+from .flags import Flag
 
 
 class NumberRange:
@@ -104,21 +106,30 @@ def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def add_optimization_args(p, *, epochs: float, batch_size: int, lr: float) -> None:
-    """--epochs --max-steps --batch-size --lr --warmup-ratio --seed --save-every --grad-accum (TrainConfig
-    fields)."""
-    p.add_argument("--epochs", type=positive_float, default=epochs)
-    p.add_argument("--max-steps", type=positive_int, default=None, help="optimizer steps (overrides --epochs)")
-    p.add_argument("--batch-size", type=positive_int, default=batch_size)
-    p.add_argument("--lr", type=positive_float, default=lr)
-    p.add_argument("--warmup-ratio", type=probability, default=0.1)
-    p.add_argument("--seed", type=seed, default=42)
-    p.add_argument("--save-every", type=non_negative_int, default=0,
-                   help="optimizer steps between checkpoints (0: end only)")
-    add_grad_accum_arg(p)
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+GRAD_ACCUM_HELP = "batches per optimizer step (effective batch: N x --batch-size)"
 
+# the optimization options of a run config with a nested `train: TrainConfig` (defaults: the run's own)
+OPTIMIZATION_FLAGS = {
+    "train.epochs": Flag(positive_float),
+    "train.max_steps": Flag(positive_int, "optimizer steps (overrides --epochs)"),
+    "train.batch_size": Flag(positive_int),
+    "train.lr": Flag(positive_float),
+    "train.warmup_ratio": Flag(probability),
+    "train.seed": Flag(seed),
+    "train.save_every": Flag(non_negative_int, "optimizer steps between checkpoints (0: end only)"),
+    "train.grad_accum": Flag(positive_int, GRAD_ACCUM_HELP, metavar="N"),
+}
 
-CHECKPOINT_FIELDS = ("keep_last", "save_optimizer_state", "checkpoints")
+KEEP_LAST_HELP = "checkpoints kept under OUT/checkpoints, oldest removed first (0: all; default {})"
+LEAN_HELP = "checkpoints hold the weights only (a third of the size); they cannot be resumed"
+FINAL_ONLY_HELP = "write no OUT/checkpoints, only the final model (and OUT/best when dev selects one)"
+# what a run's checkpoints keep (see add_checkpoint_args), for an argument group "checkpoints"
+CHECKPOINT_FLAGS = {
+    "train.keep_last": Flag(non_negative_int, KEEP_LAST_HELP.format("%(default)s"), metavar="N"),
+    "train.save_optimizer_state": Flag(help=LEAN_HELP, name="--no-optimizer-state"),
+    "train.checkpoints": Flag(help=FINAL_ONLY_HELP, name="--final-only"),
+}
 
 
 def add_checkpoint_args(p, *, keep_last: int = 2) -> None:
@@ -128,21 +139,17 @@ def add_checkpoint_args(p, *, keep_last: int = 2) -> None:
     weight), so a short fine-tune can leave several times its model on disk; these trade resuming for space."""
     g = p.add_argument_group("checkpoints")
     g.add_argument("--keep-last", type=non_negative_int, default=keep_last, metavar="N",
-                   help=f"checkpoints kept under OUT/checkpoints, oldest removed first (0: all; default {keep_last})")
-    g.add_argument("--no-optimizer-state", dest="save_optimizer_state", action="store_false",
-                   help="checkpoints hold the weights only (a third of the size); they cannot be resumed")
-    g.add_argument("--final-only", dest="checkpoints", action="store_false",
-                   help="write no OUT/checkpoints, only the final model (and OUT/best when dev selects one)")
+                   help=KEEP_LAST_HELP.format(keep_last))
+    g.add_argument("--no-optimizer-state", dest="save_optimizer_state", action="store_false", help=LEAN_HELP)
+    g.add_argument("--final-only", dest="checkpoints", action="store_false", help=FINAL_ONLY_HELP)
 
 
-def checkpoint_options(args) -> dict:
-    """The checkpoint options the command has, as TrainConfig keyword arguments."""
+def check_checkpoints(args) -> None:
+    """--final-only with --save-every, refused in the options' words (TrainConfig.validate names its fields)."""
     from ..errors import ConfigError
 
-    opts = {k: getattr(args, k) for k in CHECKPOINT_FIELDS if getattr(args, k, None) is not None}
-    if opts.get("checkpoints") is False and getattr(args, "save_every", None):
+    if getattr(args, "checkpoints", None) is False and getattr(args, "save_every", None):
         raise ConfigError("--final-only writes no checkpoints: drop --save-every")
-    return opts
 
 
 def train_config(args, base=None, **fixed):
@@ -153,7 +160,7 @@ def train_config(args, base=None, **fixed):
 
     from ..runners.options import TrainConfig  # the trainer's config type, as the runners nest it
 
-    checkpoint_options(args)  # refuses --final-only with --save-every in the options' words
+    check_checkpoints(args)
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     given = {k: v for k, v in vars(args).items() if k in names and v is not None}
     return dataclasses.replace(base if base is not None else TrainConfig(), **{**given, **fixed})
@@ -164,8 +171,7 @@ def add_threads_arg(p) -> None:
 
 
 def add_grad_accum_arg(p) -> None:
-    p.add_argument("--grad-accum", type=positive_int, default=1, metavar="N",
-                   help="batches per optimizer step (effective batch: N x --batch-size)")
+    p.add_argument("--grad-accum", type=positive_int, default=1, metavar="N", help=GRAD_ACCUM_HELP)
 
 
 def set_threads(args) -> None:
@@ -173,167 +179,3 @@ def set_threads(args) -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-
-
-# ------------------------------------------------------------------------------------ run files (--config)
-RUN_FILE_HELP = ("run file (JSON or YAML) of option values, keys = option names with underscores "
-                 "(e.g. max_steps); options given on the command line override it")
-
-
-def read_run_file(path: str) -> dict:
-    """The mapping in a JSON or YAML run file (ConfigError naming the file otherwise)."""
-    from ..config import read_json
-    from ..errors import ConfigError
-
-    if not path.endswith((".yaml", ".yml")):
-        return read_json(path)
-    try:
-        import yaml
-    except ImportError:
-        raise ConfigError(f"{path}: YAML run files need PyYAML (pip install pyyaml)") from None
-    if not os.path.isfile(path):
-        raise ConfigError(f"{path}: file not found")
-    with open(path, encoding="utf-8") as f:
-        try:
-            d = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(d, dict):
-        raise ConfigError(f"{path}: expected a mapping")
-    return d
-
-
-def add_run_config(p, func, run_config: type = None):
-    """Give command `p` a --config RUN.json option; returns the command function to set as its `func`.
-
-    Call it after every other option of `p` is added. The options' defaults become argparse.SUPPRESS, so
-    after parsing the namespace holds exactly what the command line gave; RunConfig then adds the file's
-    values for the other options, then the real defaults. Options argparse would require may come from
-    the file, so they are checked after the merge."""
-    p.add_argument("--config", default=argparse.SUPPRESS, metavar="RUN.json", help=RUN_FILE_HELP)
-    return (run_config or RunConfig)(p, func)
-
-
-DEFAULT_ONLY = "\x00"  # the help of an option that has none: its default alone (argparse skips empty help)
-
-
-class RunConfig:
-    """The command function of a command with --config: merges command line > run file > defaults."""
-
-    def __init__(self, parser, func):
-        self.parser, self.func = parser, func
-        self.actions = {a.dest: a for a in parser._actions
-                        if a.option_strings and a.dest not in ("help", "config")}
-        self.defaults = {dest: a.default for dest, a in self.actions.items()}  # what the options mean unset
-        # a key is an option's name (no_optimizer_state: true) or its destination (save_optimizer_state: false,
-        # as saved run configs hold it)
-        self.keys = {**{_key(o): a for a in self.actions.values() for o in a.option_strings}, **self.actions}
-        self.required = [a for a in self.actions.values() if a.required]
-        self.groups = [(g, g.required) for g in parser._mutually_exclusive_groups]
-        for a in self.actions.values():
-            d = a.default
-            if a.help == DEFAULT_ONLY:
-                a.help = ""
-            if a.help and "%(default)s" in a.help:  # the default is about to become SUPPRESS: write it in now
-                a.help = a.help.replace("%(default)s", str(d).replace("%", "%%"))
-            if (d is not None and d is not argparse.SUPPRESS and not isinstance(d, bool) and a.nargs != 0
-                    and "default" not in (a.help or "").lower()):  # --help still shows the real default
-                a.help = (a.help + " " if a.help else "") + f"(default: {str(d).replace('%', '%%')})"
-            a.default = argparse.SUPPRESS
-            if a.required:
-                a.required = False
-                a.help = (a.help + "; " if a.help else "") + "required (here or in --config)"
-            a.help = a.help or DEFAULT_ONLY  # the formatter may still find a default (config_defaults)
-        for g, _ in self.groups:
-            g.required = False
-
-    def __call__(self, args):
-        self.merge(args)
-        return self.func(args)
-
-    def merge(self, args) -> None:
-        given = {dest for dest in self.actions if hasattr(args, dest)}
-        path = getattr(args, "config", None)
-        values = self.read(path) if path else {}
-        for g, _ in self.groups:  # an option of an exclusive group on the command line replaces the file's
-            members = {a.dest for a in g._group_actions}
-            if members & given:
-                values = {k: v for k, v in values.items() if k not in members}
-        for dest, v in values.items():
-            if dest not in given:
-                setattr(args, dest, v)
-        for dest, d in self.defaults.items():
-            if not hasattr(args, dest) and d is not argparse.SUPPRESS:
-                setattr(args, dest, d)
-        self.check_required(args, path)
-
-    def load(self, path: str) -> dict:
-        """The file's mapping (a subclass may rewrite it into option keys first)."""
-        return read_run_file(path)
-
-    def read(self, path: str) -> dict:
-        """The file's values, converted and range-checked as the same options on the command line are."""
-        from ..errors import ConfigError
-
-        d = {str(k).replace("-", "_"): v for k, v in self.load(path).items()}
-        unknown = sorted(k for k in d if k not in self.keys)
-        if unknown:
-            raise ConfigError(f"{path}: unknown field(s) {', '.join(unknown)} (keys are the options of "
-                              f"`{self.parser.prog}` with underscores, e.g. max_steps)")
-        out = {}
-        for k, v in d.items():
-            a = self.keys[k]
-            try:
-                v = _file_value(a, v)
-            except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
-                raise ConfigError(f"{path}: {k}: {e}") from None
-            if a.nargs == 0 and k != a.dest:  # a flag by its name: true gives it, false leaves it out
-                v = a.const if v else None
-            if v is not None:  # null: the option's default
-                out[a.dest] = v
-        return out
-
-    def check_required(self, args, path) -> None:
-        from ..errors import ConfigError
-
-        missing = [a.option_strings[-1] for a in self.required if getattr(args, a.dest, None) is None]
-        if missing:
-            self.parser.error(f"the following arguments are required: {', '.join(missing)}")
-        for g, required in self.groups:
-            have = [a.option_strings[-1] for a in g._group_actions if getattr(args, a.dest, None) is not None]
-            if len(have) > 1:  # only a run file can set two: argparse refuses them on one command line
-                raise ConfigError(f"{path}: {' and '.join(have)} exclude each other")
-            if required and not have:
-                names = " ".join(a.option_strings[-1] for a in g._group_actions)
-                self.parser.error(f"one of the arguments {names} is required")
-
-
-def _key(option: str) -> str:
-    return option.lstrip("-").replace("-", "_")
-
-
-def _file_value(action, v):
-    """A run-file value through the option's own type and choices (the file holds JSON values, not text)."""
-    if v is None:
-        return None
-    if action.nargs == 0:  # a flag (store_true / store_false): the file gives its destination's value
-        if not isinstance(v, bool):
-            raise TypeError(f"expected true or false, got {v!r}")
-        return v
-    if action.nargs in ("+", "*") or isinstance(action.nargs, int):
-        items = v if isinstance(v, list) else [v]
-        if isinstance(action.nargs, int) and len(items) != action.nargs:
-            raise ValueError(f"expected a list of {action.nargs} values, got {v!r}")
-        if action.nargs == "+" and not items:
-            raise ValueError("expected at least one value")
-        return [_one_value(action, x) for x in items]
-    return _one_value(action, v)
-
-
-def _one_value(action, v):
-    if isinstance(v, (bool, list, dict)):
-        raise TypeError(f"expected a single value, got {v!r}")
-    x = action.type(str(v)) if action.type is not None else str(v)
-    if action.choices is not None and x not in action.choices:
-        raise ValueError(f"{x!r} is not one of {', '.join(map(str, action.choices))}")
-    return x

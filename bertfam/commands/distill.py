@@ -1,47 +1,60 @@
 """`bertfam distill`: TinyBERT general (--corpus) or task-specific (--task) distillation (runners.distill)."""
 from __future__ import annotations
 
-from .common import (add_checkpoint_args, add_grad_accum_arg, add_run_config, add_threads_arg, non_negative_float,
-                     open_fraction, positive_float, positive_int, probability, seed, set_threads, train_config)
+import dataclasses
+
+from .common import (CHECKPOINT_FLAGS, OPTIMIZATION_FLAGS, add_threads_arg, check_checkpoints, non_negative_float,
+                     open_fraction, positive_float, positive_int, probability, seed, set_threads)
+from .flags import Flag, Flags
 
 
 def register(sub) -> None:
-    p = sub.add_parser("distill", help="TinyBERT distillation: general (--corpus) or task-specific (--task)")
-    p.add_argument("--teacher", required=True, help="teacher directory (fine-tuned for --task)")
-    p.add_argument("--student-config", default="tinybert-4l-312",
-                   help="preset name, config JSON, or a model directory (e.g. a general-distilled student)")
-    p.add_argument("--out", required=True, help="output directory of the student")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--corpus", nargs="+", help="general distillation: text files / directories")
-    src.add_argument("--task", help="task-specific distillation: a task name of `bertfam finetune`")
-    p.add_argument("--train", help="--task: training file")
-    p.add_argument("--dev", help="--task: dev file (teacher and student are scored and timed on it)")
-    p.add_argument("--max-length", type=positive_int, default=128)
+    from ..runners.distill import DistillRunConfig
+
+    p = Flags(sub.add_parser("distill", help="TinyBERT distillation: general (--corpus) or task-specific (--task)"),
+              DistillRunConfig)
+    p.fields({
+        "teacher": Flag(help="teacher directory (fine-tuned for --task)"),
+        "student_config": Flag(help="preset name, config JSON, or a model directory (e.g. a general-distilled "
+                                    "student)"),
+        "out": Flag(help="output directory of the student"),
+    })
+    p.add_mutually_exclusive_group(required=True).fields({
+        "corpus": Flag(help="general distillation: text files / directories"),
+        "task": Flag(help="task-specific distillation: a task name of `bertfam finetune`"),
+    })
+    p.fields({
+        "train_file": Flag(help="--task: training file", name="--train"),
+        "dev": Flag(help="--task: dev file (teacher and student are scored and timed on it)"),
+        "max_length": Flag(positive_int),
+    })
     p.add_argument("--layer-map", help="teacher layer per student layer, e.g. 3,6,9,12 (default m*N/M)")
-    p.add_argument("--projection", choices=["auto", "none"], default="auto",
-                   help="auto: learnable W when the widths differ; none: widths must match")
-    p.add_argument("--temperature", type=positive_float, default=1.0, help="prediction-layer soft CE temperature")
-    p.add_argument("--epochs", type=positive_float, default=1, help="--corpus: epochs")
-    p.add_argument("--epochs-intermediate", type=non_negative_float, default=1, help="--task: stage 1 epochs (0 skips)")
-    p.add_argument("--epochs-prediction", type=non_negative_float, default=1, help="--task: stage 2 epochs (0 skips)")
-    p.add_argument("--mask-rate", type=open_fraction, default=0.15, help="--corpus: MLM-style masking of the inputs")
-    p.add_argument("--augment-mlm", help="--task: a masked-LM model directory; enables data augmentation")
-    p.add_argument("--augment-n", type=positive_int, default=20, help="augmented copies per example")
-    p.add_argument("--augment-p", type=probability, default=0.4, help="replacement probability per word")
-    p.add_argument("--augment-top-k", type=positive_int, default=15)
-    p.add_argument("--max-train", type=positive_int,
-                   help="a random subset of N training examples (as `finetune --max-train` with the same seed)")
-    p.add_argument("--max-dev", type=positive_int, help="use only the first N dev examples")
-    p.add_argument("--batch-size", type=positive_int, default=32)
-    p.add_argument("--lr", type=positive_float, default=5e-5)
-    add_grad_accum_arg(p)
-    p.add_argument("--max-steps", type=positive_int, help="optimizer steps per stage (overrides epochs)")
-    p.add_argument("--log-every", type=positive_int, default=10)
-    p.add_argument("--seed", type=seed, default=42)
+    p.fields({
+        "projection": Flag(help="auto: learnable W when the widths differ; none: widths must match",
+                           choices=("auto", "none")),
+        "temperature": Flag(positive_float, "prediction-layer soft CE temperature"),
+        "train.epochs": Flag(positive_float, "--corpus: epochs"),
+        "epochs_intermediate": Flag(non_negative_float, "--task: stage 1 epochs (0 skips)"),
+        "epochs_prediction": Flag(non_negative_float, "--task: stage 2 epochs (0 skips)"),
+        "mask_rate": Flag(open_fraction, "--corpus: MLM-style masking of the inputs"),
+        "augment_mlm": Flag(help="--task: a masked-LM model directory; enables data augmentation"),
+        "augment_n": Flag(positive_int, "augmented copies per example"),
+        "augment_p": Flag(probability, "replacement probability per word"),
+        "augment_top_k": Flag(positive_int),
+        "max_train": Flag(positive_int, "a random subset of N training examples (as `finetune --max-train` with "
+                                        "the same seed)"),
+        "max_dev": Flag(positive_int, "use only the first N dev examples"),
+        "train.batch_size": Flag(positive_int),
+        "train.lr": Flag(positive_float),
+        "train.grad_accum": OPTIMIZATION_FLAGS["train.grad_accum"],
+        "train.max_steps": Flag(positive_int, "optimizer steps per stage (overrides epochs)"),
+        "train.log_every": Flag(positive_int),
+        "train.seed": Flag(seed),
+    })
     add_threads_arg(p)
-    p.add_argument("--no-progress", dest="progress", action="store_false")
-    add_checkpoint_args(p)
-    p.set_defaults(func=add_run_config(p, _distill))
+    p.fields({"train.progress": Flag(name="--no-progress")})
+    p.add_argument_group("checkpoints").fields(CHECKPOINT_FLAGS)
+    p.command(_distill)
 
 
 def _layer_map(s):
@@ -61,28 +74,22 @@ def _check(args) -> None:
 
     if args.corpus:
         return
-    if not args.train:
+    if not args.train_file:
         raise ConfigError("--task needs --train FILE")
     if args.epochs_intermediate == 0 and args.epochs_prediction == 0:
         raise ConfigError("--epochs-intermediate and --epochs-prediction are both 0: no stage would train")
 
 
-def _distill(args) -> int:
+def _distill(args, cfg) -> int:
     _check(args)
+    check_checkpoints(args)
     import json
 
-    from ..runners.distill import DistillRunConfig, run_distill
+    from ..runners.distill import run_distill
 
     set_threads(args)
-    tc = train_config(args)  # --epochs: general distillation's; the task stages have their own
-    cfg = DistillRunConfig(teacher=args.teacher, out=args.out, student_config=args.student_config, corpus=args.corpus,
-                        task=args.task, train_file=args.train, dev=args.dev, max_length=args.max_length,
-                        layer_map=_layer_map(args.layer_map), projection=args.projection,
-                        temperature=args.temperature, epochs_intermediate=args.epochs_intermediate,
-                        epochs_prediction=args.epochs_prediction, mask_rate=args.mask_rate,
-                        augment_mlm=args.augment_mlm, augment_n=args.augment_n, augment_p=args.augment_p,
-                        augment_top_k=args.augment_top_k, max_train=args.max_train, max_dev=args.max_dev, train=tc)
-    s = run_distill(cfg)
+    # --epochs is general distillation's; the task stages have their own
+    s = run_distill(dataclasses.replace(cfg, layer_map=_layer_map(args.layer_map)))
     if "written" in s:  # the main process (under torchrun every rank ends here)
         print(json.dumps({k: v for k, v in s.items() if k not in ("final_eval", "written")}, ensure_ascii=False,
                          default=float))

@@ -1,12 +1,13 @@
 """Fine-tuning commands: finetune, evaluate, predict, glue, embed (the jobs: runners.finetune, runners.embed)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
-from .common import (add_checkpoint_args, add_optimization_args, add_run_config, add_threads_arg, float_range,
-                     int_range, non_negative_float, non_negative_int, open_fraction, positive_float, positive_int,
-                     set_threads,
-                     train_config)
+from .common import (CHECKPOINT_FLAGS, OPTIMIZATION_FLAGS, PRECISIONS, add_threads_arg, check_checkpoints,
+                     float_range, int_range, non_negative_float, non_negative_int, open_fraction, positive_float,
+                     positive_int, set_threads)
+from .flags import Flag, Flags
 
 INT8_HELP = "run the model in int8 (quantized weights and activations; an int8 checkpoint needs no flag)"
 TASK_HELP = ("sst2, cola, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, tnews, iflytek, afqmc, ocnli, cmnli, "
@@ -15,52 +16,53 @@ TASK_HELP = ("sst2, cola, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, tnews
 
 
 def _train_args(p) -> None:
-    add_optimization_args(p, epochs=3, batch_size=32, lr=5e-5)
-    from ..config import FinetuneSettings
-
-    p.add_argument("--max-length", type=int_range(4), default=FinetuneSettings.max_length,  # 4: the builder's minimum
-                   help="tokens per example; more than the model's positions is an error (as in pretrain)")
-    p.add_argument("--weight-decay", type=non_negative_float, default=0.01)
-    p.add_argument("--layerwise-lr-decay", type=float_range(0, 1, lo_open=True), default=None,
-                   help="e.g. 0.95 (lower layers learn slower)")
-    p.add_argument("--head-lr", type=positive_float, default=None, metavar="LR",
-                   help="peak lr of the pooler and the new head (default: --lr); e.g. 1e-3 for a head on e5")
-    p.add_argument("--early-stopping", dest="early_stopping_patience", type=positive_int, default=None, metavar="N",
-                   help="stop after N evaluations without dev improvement")
-    p.add_argument("--eval-every", type=non_negative_int, default=0,
-                   help="optimizer steps between dev evaluations (0: per epoch)")
-    p.add_argument("--log-every", type=positive_int, default=10,
-                   help="optimizer steps between loss lines (metrics.jsonl, and the console without a terminal)")
-    p.add_argument("--no-group-by-length", dest="group_by_length", action="store_false", help="plain shuffled batches")
-    p.add_argument("--max-train", type=positive_int, default=None, help="random subset of this many training examples")
-    p.add_argument("--max-eval", type=positive_int, default=None,
-                   help="random subset of this many dev examples (default: all of --dev; a split carved from a "
-                        "--max-train subset is --dev-ratio of it)")
-    p.add_argument("--overwrite-output-dir", action="store_true",
-                   help="replace the run in a non-empty --out (without it, or --resume, such an --out is refused)")
-    p.add_argument("--dev-ratio", type=open_fraction, default=0.1, help="dev split carved from train when no --dev")
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
-    p.add_argument("--freeze-word-embeddings", action="store_true",
-                   help="do not train the word-embedding matrix (fast with huge multilingual vocabularies)")
-    p.add_argument("--freeze-layers", type=non_negative_int, default=0, metavar="N",
-                   help="do not train the embeddings and the first N encoder layers (default 0: train all)")
-    p.add_argument("--classifier-pooling", default=None, choices=["pooler", "cls_dense", "mean"],
-                   help="what the classification head reads (default: the base model's own; mean: the token "
-                        "mean, for encoders trained with mean-pooled embeddings such as e5)")
-    p.add_argument("--no-progress", dest="progress", action="store_false")
+    """finetune's and glue's training options: FinetuneOptions' fields (its trainer's: its defaults)."""
+    p.fields(OPTIMIZATION_FLAGS)
+    p.fields({
+        # 4: the builder's minimum
+        "max_length": Flag(int_range(4), "tokens per example; more than the model's positions is an error (as in "
+                                         "pretrain)"),
+        "train.weight_decay": Flag(non_negative_float),
+        "train.layerwise_lr_decay": Flag(float_range(0, 1, lo_open=True), "e.g. 0.95 (lower layers learn slower)"),
+        "train.head_lr": Flag(positive_float, "peak lr of the pooler and the new head (default: --lr); e.g. 1e-3 "
+                                              "for a head on e5", metavar="LR"),
+        "train.early_stopping_patience": Flag(positive_int, "stop after N evaluations without dev improvement",
+                                              name="--early-stopping", metavar="N"),
+        "train.eval_every": Flag(non_negative_int, "optimizer steps between dev evaluations (0: per epoch)"),
+        "train.log_every": Flag(positive_int, "optimizer steps between loss lines (metrics.jsonl, and the console "
+                                              "without a terminal)"),
+        "train.group_by_length": Flag(help="plain shuffled batches", name="--no-group-by-length"),
+        "max_train": Flag(positive_int, "random subset of this many training examples"),
+        "max_eval": Flag(positive_int, "random subset of this many dev examples (default: all of --dev; a split "
+                                       "carved from a --max-train subset is --dev-ratio of it)"),
+        "overwrite_output_dir": Flag(help="replace the run in a non-empty --out (without it, or --resume, such an "
+                                          "--out is refused)"),
+        "dev_ratio": Flag(open_fraction, "dev split carved from train when no --dev"),
+        "train.precision": Flag(choices=PRECISIONS),
+        "freeze_word_embeddings": Flag(help="do not train the word-embedding matrix (fast with huge multilingual "
+                                            "vocabularies)"),
+        "freeze_layers": Flag(non_negative_int, "do not train the embeddings and the first N encoder layers "
+                                                "(default 0: train all)", metavar="N"),
+        "classifier_pooling": Flag(help="what the classification head reads (default: the base model's own; mean: "
+                                        "the token mean, for encoders trained with mean-pooled embeddings such as "
+                                        "e5)", choices=("pooler", "cls_dense", "mean")),
+        "train.progress": Flag(name="--no-progress"),
+    })
     add_threads_arg(p)
-    add_checkpoint_args(p)
+    p.add_argument_group("checkpoints").fields(CHECKPOINT_FLAGS)
 
 
 def register(sub) -> None:
-    p = sub.add_parser("finetune", help="fine-tune a model on a GLUE/CLUE/NER/custom task")
+    from ..runners.finetune import FinetuneOptions
+
+    p = Flags(sub.add_parser("finetune", help="fine-tune a model on a GLUE/CLUE/NER/custom task"), FinetuneOptions)
     p.add_argument("--task", required=True, help=TASK_HELP)
     p.add_argument("--model", required=True, help="model directory (bertfam or Hugging Face)")
     p.add_argument("--train", required=True)
     p.add_argument("--dev", default=None, help="dev file (default: carve --dev-ratio of train)")
     p.add_argument("--out", required=True)
     p.add_argument("--kg", default=None, help="K-BERT knowledge graph file(s), comma-separated .spo")
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    p.fields({"resume": Flag(help="continue from the latest checkpoint in --out")})
     g = p.add_argument_group("custom task (--task custom)")
     g.add_argument("--format", choices=["tsv", "jsonl"], default="tsv")
     g.add_argument("--kind", choices=["single", "pair", "regression", "token"], default=None,
@@ -70,7 +72,7 @@ def register(sub) -> None:
     g.add_argument("--labels", default=None, help="comma-separated label list (default: those in train)")
     g.add_argument("--no-header", action="store_true", help="the TSV has no header (columns by number)")
     _train_args(p)
-    p.set_defaults(func=add_run_config(p, _finetune))
+    p.command(_finetune)
 
     p = sub.add_parser("evaluate", help="score a fine-tuned model on a labelled file")
     p.add_argument("--model", required=True)
@@ -98,13 +100,13 @@ def register(sub) -> None:
     p.add_argument("--int8", action="store_true", help=INT8_HELP)
     p.set_defaults(func=_predict)
 
-    p = sub.add_parser("glue", help="fine-tune + evaluate every GLUE task found in a directory")
+    p = Flags(sub.add_parser("glue", help="fine-tune + evaluate every GLUE task found in a directory"), FinetuneOptions)
     p.add_argument("--model", required=True)
     p.add_argument("--data", required=True, help="GLUE directory (CoLA/, SST-2/, MRPC/, ...)")
     p.add_argument("--out", required=True)
     p.add_argument("--tasks", default=None, help="comma-separated subset")
     _train_args(p)
-    p.set_defaults(func=add_run_config(p, _glue))
+    p.command(_glue)
 
     p = sub.add_parser("embed", help="token and sentence vectors (CLS, mean; chosen layers) to .npy / JSONL")
     p.add_argument("--model", required=True)
@@ -126,19 +128,6 @@ def register(sub) -> None:
 
 def _csv(s):
     return [x.strip() for x in s.split(",") if x.strip()] if s else None
-
-
-def _options(args):
-    """FinetuneOptions of the command's options: the trainer's (TrainConfig fields, see _train_args) in `train`."""
-    from ..runners.finetune import FinetuneOptions
-
-    return FinetuneOptions(max_length=args.max_length, dev_ratio=args.dev_ratio, max_train=args.max_train,
-                           max_eval=args.max_eval, overwrite_output_dir=args.overwrite_output_dir,
-                           freeze_word_embeddings=args.freeze_word_embeddings,
-                           freeze_layers=args.freeze_layers, classifier_pooling=args.classifier_pooling,
-                           kg=_csv(getattr(args, "kg", None)),
-                           resume=getattr(args, "resume", False),
-                           train=train_config(args, FinetuneOptions.default_train()))
 
 
 def _task(args):
@@ -163,11 +152,13 @@ def _print_result(r: dict) -> None:
     print(json.dumps({k: v for k, v in r.items() if k not in ("history", "written")}, indent=2, ensure_ascii=False))
 
 
-def _finetune(args) -> int:
+def _finetune(args, options) -> int:
     from ..runners.finetune import finetune
 
+    check_checkpoints(args)
     set_threads(args)
-    r = finetune(_task(args), args.model, args.train, args.dev, args.out, _options(args))
+    options = dataclasses.replace(options, kg=_csv(args.kg))
+    r = finetune(_task(args), args.model, args.train, args.dev, args.out, options)
     if "written" in r:  # the main process (under torchrun every rank gets here with the same result)
         _print_result(r)
         # bertfam's one convention: metrics x 100 (0-100), as the GLUE/CLUE leaderboards print them; said so
@@ -195,11 +186,12 @@ def _predict(args) -> int:
     return 0
 
 
-def _glue(args) -> int:
+def _glue(args, options) -> int:
     from ..runners.finetune import run_glue
 
+    check_checkpoints(args)
     set_threads(args)
-    table = run_glue(args.model, args.data, args.out, _options(args), tasks=_csv(args.tasks))
+    table = run_glue(args.model, args.data, args.out, options, tasks=_csv(args.tasks))
     if table is not None:  # None on the other torchrun ranks
         print(table)
     return 0

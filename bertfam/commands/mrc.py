@@ -3,11 +3,13 @@
 Each sub-command turns its options into a `runners.mrc` config, runs it there and prints what it returns."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
-from .common import (add_checkpoint_args, add_optimization_args, add_run_config, add_threads_arg, check_window,
-                     float_range, non_negative_int, positive_int, set_threads, train_config)
+from .common import (CHECKPOINT_FLAGS, OPTIMIZATION_FLAGS, PRECISIONS, add_threads_arg, check_checkpoints,
+                     check_window, float_range, non_negative_int, positive_int, set_threads)
+from .flags import Flag, Flags
 
 
 def register(sub) -> None:
@@ -15,31 +17,15 @@ def register(sub) -> None:
     ms = p.add_subparsers(dest="mrc_cmd", metavar="SUBCOMMAND")
     ms.required = True
 
-    t = ms.add_parser("train", help="fine-tune a span + answerability model on one or more files")
-    t.add_argument("--model", required=True, help="checkpoint directory, or a preset name (with --vocab)")
-    t.add_argument("--vocab", default=None, help="vocab.txt for a preset model (or to replace the tokenizer)")
-    t.add_argument("--train", nargs="+", required=True, help="training files (SQuAD layout)")
-    t.add_argument("--dev", default=None, help="dev file; without it --dev-fraction of the training "
-                                               "passages are held out (written to OUT/dev_heldout.json)")
-    t.add_argument("--dev-fraction", type=float_range(0, 1, hi_open=True), default=0.1)
-    t.add_argument("--out", required=True)
-    t.add_argument("--tune-threshold", action="store_true", help="tune the no-answer thresholds on dev and save "
-                                                                 "them in OUT/config.json")
-    t.add_argument("--no-title", action="store_true", help="do not put the title before the passage")
-    add_optimization_args(t, epochs=2, batch_size=16, lr=3e-5)
-    t.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
-                   help="autocast dtype (auto: bf16 on a GPU that has it, else fp32; bf16 also pays on a CPU "
-                        "with AVX512_BF16)")
-    t.add_argument("--log-every", type=positive_int, default=10)
-    t.add_argument("--eval-limit", type=non_negative_int, default=500, help="dev questions scored at each epoch end (0: all)")
-    t.add_argument("--limit", type=positive_int, default=None, help="use only the first N training questions")
-    t.add_argument("--resume", default=None, metavar="RUN_OR_CHECKPOINT",
-                   help="continue an interrupted run (its OUT directory or one checkpoint) with the same options")
-    t.add_argument("--overwrite-output-dir", action="store_true",
-                   help="replace the run in a non-empty --out (without it, or --resume, such an --out is refused)")
-    add_checkpoint_args(t, keep_last=1)
-    _window_args(t, train=True)
-    t.set_defaults(func=add_run_config(t, _train))
+    from ..runners.mrc import MRCTrainConfig
+
+    t = Flags(ms.add_parser("train", help="fine-tune a span + answerability model on one or more files"),
+              MRCTrainConfig)
+    t.fields(_train_flags())
+    t.add_argument_group("checkpoints").fields(CHECKPOINT_FLAGS)
+    t.fields(_window_flags(train=True))
+    add_threads_arg(t)
+    t.command(_train)
 
     pr = ms.add_parser("predict", help="answer every question of a file ({qid: answer} + an n-best file)")
     pr.add_argument("--model", required=True)
@@ -102,17 +88,45 @@ def register(sub) -> None:
     a.set_defaults(func=_ask)
 
 
-def _window_args(p, train: bool = False) -> None:
+def _train_flags() -> dict:
+    """mrc train's options of MRCTrainConfig's fields (its trainer's: its defaults, e.g. 2 epochs)."""
+    return {
+        "model": Flag(help="checkpoint directory, or a preset name (with --vocab)"),
+        "vocab": Flag(help="vocab.txt for a preset model (or to replace the tokenizer)"),
+        "train_files": Flag(help="training files (SQuAD layout)", name="--train"),
+        "dev": Flag(help="dev file; without it --dev-fraction of the training passages are held out (written to "
+                         "OUT/dev_heldout.json)"),
+        "dev_fraction": Flag(float_range(0, 1, hi_open=True)),
+        "out": Flag(),
+        "tune_threshold": Flag(help="tune the no-answer thresholds on dev and save them in OUT/config.json"),
+        "use_title": Flag(help="do not put the title before the passage", name="--no-title"),
+        **OPTIMIZATION_FLAGS,
+        "train.precision": Flag(help="autocast dtype (auto: bf16 on a GPU that has it, else fp32; bf16 also pays on "
+                                     "a CPU with AVX512_BF16)", choices=PRECISIONS),
+        "train.log_every": Flag(positive_int),
+        "eval_limit": Flag(non_negative_int, "dev questions scored at each epoch end (0: all)"),
+        "limit": Flag(positive_int, "use only the first N training questions"),
+        "resume": Flag(help="continue an interrupted run (its OUT directory or one checkpoint) with the same options",
+                       metavar="RUN_OR_CHECKPOINT"),
+        "overwrite_output_dir": Flag(help="replace the run in a non-empty --out (without it, or --resume, such an "
+                                          "--out is refused)"),
+    }
+
+
+def _window_flags(train: bool = False) -> dict:
     """Window options; None: for train MRCSettings' default, else the model's setting (head.mrc), else that."""
     from ..config import MRCSettings as D
 
     where = "" if train else "the model's training setting, else "
-    p.add_argument("--max-length", type=positive_int, default=None,
-                   help=f"tokens per window (default: {where}{D.max_length})")
-    p.add_argument("--doc-stride", type=non_negative_int, default=None,
-                   help=f"overlap (tokens) between windows (default: {where}{D.doc_stride})")
-    p.add_argument("--max-query-length", type=positive_int, default=None,
-                   help=f"question tokens kept (default: {where}{D.max_query_length})")
+    return {"max_length": Flag(positive_int, f"tokens per window (default: {where}{D.max_length})"),
+            "doc_stride": Flag(non_negative_int, f"overlap (tokens) between windows (default: {where}{D.doc_stride})"),
+            "max_query_length": Flag(positive_int, f"question tokens kept (default: {where}{D.max_query_length})")}
+
+
+def _window_args(p) -> None:
+    """The predicting commands' window options (they have no run config of their own: see _predictor)."""
+    for field, flag in _window_flags().items():
+        p.add_argument("--" + field.replace("_", "-"), type=flag.type, default=None, help=flag.help)
     add_threads_arg(p)
 
 
@@ -145,16 +159,12 @@ def _predictor(args):
                                verifier=not args.no_verifier, batch_size=args.batch_size, int8=args.int8)
 
 
-def _train(args) -> int:
+def _train(args, cfg) -> int:
     check_window(args)  # before any model or file is loaded
-    from ..runners.mrc import MRCTrainConfig, run_mrc_train, summary_table
+    check_checkpoints(args)
+    from ..runners.mrc import run_mrc_train, summary_table
 
-    cfg = MRCTrainConfig(model=args.model, train_files=list(args.train), out=args.out, vocab=args.vocab,
-                         dev=args.dev, dev_fraction=args.dev_fraction, tune_threshold=args.tune_threshold,
-                         use_title=not args.no_title, max_length=args.max_length, doc_stride=args.doc_stride,
-                         max_query_length=args.max_query_length, eval_limit=args.eval_limit, limit=args.limit,
-                         resume=args.resume, overwrite_output_dir=args.overwrite_output_dir,
-                         train=train_config(args, MRCTrainConfig.default_train(), progress=sys.stderr.isatty()))
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, progress=sys.stderr.isatty()))
     set_threads(args)
     summary = run_mrc_train(cfg)
     if "written" in summary:  # the main process (under torchrun every rank gets here)

@@ -7,9 +7,10 @@ import json
 import logging
 import os
 
-from .common import (RunConfig, add_checkpoint_args, add_grad_accum_arg, add_run_config, add_threads_arg, check_window,
-                     float_range, non_negative_int, open_fraction, positive_float, positive_int, probability, seed,
-                     set_threads, train_config)
+from .common import (add_checkpoint_args, add_grad_accum_arg, add_threads_arg, check_window, float_range,
+                     non_negative_int, open_fraction, positive_float, positive_int, probability, seed, set_threads,
+                     train_config)
+from .flags import Flags
 
 log = logging.getLogger("bertfam")
 
@@ -57,23 +58,24 @@ def register(sub) -> None:
     v.add_argument("--out", required=True, help="codebook file (.npz)")
     v.set_defaults(func=_vocab)
 
-    t = ms.add_parser("pretrain", help="pre-train: masked LM on text + features (image, speech: + match; "
-                                       "video: cross-modal MLM over visual words)")
+    t = ModelConfigCompat(ms.add_parser("pretrain", help="pre-train: masked LM on text + features (image, speech: "
+                                                         "+ match; video: cross-modal MLM over visual words)"))
     t.add_argument("--modality", choices=["image", "video", "speech"], required=True)
     _train_args(t)
     t.add_argument("--codebook", default=None, help="video: codebook from `bertfam multimodal vocab`")
     t.add_argument("--mask-rate", type=open_fraction, default=0.15)
     t.add_argument("--mismatch-prob", type=probability, default=0.5, help="image/speech: share of mismatched pairs "
                    "(0 turns the match objective off)")
-    t.set_defaults(func=add_run_config(t, _pretrain, ModelConfigCompat))
+    t.command(_pretrain)
 
-    f = ms.add_parser("finetune", help="fine-tune: qa (spoken question over a text passage) or classify")
+    f = ModelConfigCompat(ms.add_parser("finetune", help="fine-tune: qa (spoken question over a text passage) or "
+                                                         "classify"))
     f.add_argument("--modality", choices=["image", "speech"], required=True)
     f.add_argument("--task", choices=["qa", "classify"], required=True)
     _train_args(f)
     f.add_argument("--doc-stride", type=non_negative_int, default=None,
                    help="qa: overlap (tokens) of consecutive windows (default 32, cut to fit the window)")
-    f.set_defaults(func=add_run_config(f, _finetune, ModelConfigCompat))
+    f.command(_finetune)
 
     e = ms.add_parser("eval", help="evaluate a saved multimodal model (with the shuffled-features ablation)")
     e.add_argument("model")
@@ -90,7 +92,7 @@ def register(sub) -> None:
     c.set_defaults(func=_convert)
 
 
-class ModelConfigCompat(RunConfig):
+class ModelConfigCompat(Flags):
     """--config once named the model config here. A --config value that is a preset name, a directory or a
     JSON file with `hidden_size` or `bertfam_config_version` (model-config fields; no option is named so) is
     still taken as --model-config, with a warning; any other value is a run file."""

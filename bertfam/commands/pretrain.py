@@ -4,8 +4,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from .common import (RunConfig, add_run_config, add_threads_arg, float_range, non_negative_float, non_negative_int,
-                     open_fraction, positive_float, positive_int, probability, read_run_file, seed, set_threads)
+from .common import (add_threads_arg, float_range, non_negative_float, non_negative_int, open_fraction,
+                     positive_float, positive_int, probability, seed, set_threads)
+from .flags import Flags, read_run_file
 
 S = argparse.SUPPRESS  # options left out do not appear: PretrainConfig (or the resumed run's own) supplies them
 
@@ -43,8 +44,9 @@ def _config_defaults() -> dict:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("pretrain", help="pre-train a BERT-family model (BERT/RoBERTa/ALBERT/ERNIE objectives)")
-    p.config_defaults = _config_defaults
+    parser = sub.add_parser("pretrain", help="pre-train a BERT-family model (BERT/RoBERTa/ALBERT/ERNIE objectives)")
+    parser.config_defaults = _config_defaults
+    p = SavedRunFlags(parser)
     _data_args(p)
     p.add_argument("--model-config", default=S, help="preset name or config JSON")
     p.add_argument("--data", default=S, help="instance cache from `bertfam pretrain-data` (instead of --corpus)")
@@ -72,15 +74,16 @@ def register(sub) -> None:
                    help="multimodal pre-training (= bertfam multimodal pretrain; needs --features DIR)")
     p.add_argument("--features", default=S, metavar="DIR", help="with --modality: manifest.jsonl + feature files")
     p.add_argument("--codebook", default=S, help="with --modality video: visual-word codebook (.npz)")
-    p.set_defaults(func=add_run_config(p, _pretrain, SavedRunConfig))
+    p.command(_pretrain)
 
-    p = sub.add_parser("pretrain-data", help="cache pre-training instances (static masking, dupe_factor)")
-    p.config_defaults = _config_defaults
+    parser = sub.add_parser("pretrain-data", help="cache pre-training instances (static masking, dupe_factor)")
+    parser.config_defaults = _config_defaults
+    p = Flags(parser)
     _data_args(p)
     p.add_argument("--out", required=True, help="cache directory")
     p.add_argument("--dupe-factor", type=non_negative_int, default=5,
                    help="masked copies per instance (0: unmasked, for dynamic masking at training time)")
-    p.set_defaults(func=add_run_config(p, _pretrain_data))
+    p.command(_pretrain_data)
 
     p = sub.add_parser("plot", help="PNG curves (loss, MLM/NSP/SOP accuracy, lr) of a training run")
     p.add_argument("run_dir")
@@ -92,7 +95,7 @@ _NOT_CONFIG = {"func", "command", "verbose", "config", "threads", "dupe_factor"}
 _RETIRED = ("stop_after_step",)  # testing fields that older run directories record
 
 
-class SavedRunConfig(RunConfig):
+class SavedRunFlags(Flags):
     """--config also reads a saved OUT/pretrain_config.json: its "train" section (the TrainConfig) gives the
     options of the same names (out_dir: --out). A trainer field that `bertfam pretrain` has no option for is
     passed over when it holds the command's own value, and named as unknown otherwise. The run it records is

@@ -15,6 +15,7 @@ dataclass; the training runs nest the trainer's `TrainConfig` (`runners.options.
 - `runners.kbert`: `run_kbert_show`; `runners.core`: `describe_checkpoint`, `run_convert`, `run_vocab_train`;
   `runners.demo`: `run`.
 
-The command modules (bertfam/commands/) only build these configs from the options (the trainer's:
-`commands.common.train_config`) and print what the runners return.
+The command modules (bertfam/commands/) only build these configs from the options (generated from the
+configs' fields: `commands.flags`; or the trainer's alone: `commands.common.train_config`) and print what the
+runners return.
 """

@@ -1,0 +1,181 @@
+"""commands.flags: options generated from a run config dataclass's fields, and the one merge order of a command
+with --config: the field's default < the run file's value < the command line's. Parsing and merging only:
+nothing runs."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import pytest
+
+from bertfam import cli
+from bertfam.commands.common import positive_float, positive_int, probability
+from bertfam.commands.flags import Flag, Flags
+from bertfam.errors import ConfigError
+from bertfam.runners.finetune import FinetuneOptions
+from bertfam.runners.mrc import MRCTrainConfig
+
+from .conftest import ROOT
+
+
+@dataclass
+class Steps:
+    lr: float = 5e-5
+    progress: bool = True
+
+
+@dataclass
+class Run:
+    data: Sequence[str]
+    limit: Optional[int] = None
+    ratio: float = 0.1
+    mode: str = "auto"
+    tune: bool = False
+    steps: Steps = field(default_factory=lambda: Steps(lr=3e-5))  # the run's own trainer default
+
+
+TABLE = {"data": Flag(help="input files"), "limit": Flag(positive_int), "ratio": Flag(probability, "share"),
+         "mode": Flag(choices=("auto", "fast")), "tune": Flag(help="tune"), "steps.lr": Flag(positive_float),
+         "steps.progress": Flag(name="--quiet")}
+
+
+def _flags() -> Flags:
+    flags = Flags(argparse.ArgumentParser(prog="run"), Run)
+    flags.fields(TABLE)
+    flags.command(lambda args, cfg: cfg)
+    return flags
+
+
+def _run(flags: Flags, argv: list):
+    args = flags.parser.parse_args(argv)
+    return args.func(args)
+
+
+# ------------------------------------------------------------------ generated options
+def test_a_generated_option_has_its_fields_default_type_and_kind():
+    flags = _flags()
+    assert flags.defaults == {"data": None, "limit": None, "ratio": 0.1, "mode": "auto", "tune": False,
+                              "lr": 3e-5, "progress": True}  # steps.lr: the run's default of steps, not Steps'
+    assert flags.options["ratio"].type is probability and flags.options["lr"].type is positive_float
+    assert flags.options["mode"].choices == ("auto", "fast")
+    assert flags.options["data"].nargs == "+" and flags.required == ["data"]  # no default: required
+    assert flags.options["tune"].const is True and flags.options["progress"].option_strings == ["--quiet"]
+    cfg = _run(flags, ["--data", "a", "b", "--limit", "3", "--quiet"])
+    assert cfg == Run(data=["a", "b"], limit=3, steps=Steps(lr=3e-5, progress=False))
+
+
+def test_help_shows_the_fields_default_and_what_is_required():
+    text = " ".join(_flags().parser.format_help().split())
+    assert "--ratio RATIO share (default: 0.1)" in text and "--lr LR (default: 3e-05)" in text
+    assert "input files; required (here or in --config)" in text
+    assert "(default: False)" not in text and "(default: True)" not in text  # flags say nothing
+
+
+def test_a_numeric_field_needs_its_range_and_a_true_flag_its_name():
+    with pytest.raises(TypeError, match="limit: a numeric option needs Flag"):
+        Flags(argparse.ArgumentParser(), Run).fields({"limit": Flag()})
+    with pytest.raises(TypeError, match="progress is True by default"):
+        Flags(argparse.ArgumentParser(), Run).fields({"steps.progress": Flag()})
+
+
+def test_the_commands_generated_options_have_their_run_configs_defaults():
+    parser = cli.build_parser()
+    mrc = parser.parse_args(["mrc", "train", "--model", "m", "--train", "t", "--out", "o"]).func
+    train = MRCTrainConfig.default_train()
+    assert mrc.defaults["dev_fraction"] == MRCTrainConfig.dev_fraction
+    assert (mrc.defaults["epochs"], mrc.defaults["lr"], mrc.defaults["keep_last"]) == (train.epochs, train.lr,
+                                                                                         train.keep_last)
+    assert mrc.options["train_files"].option_strings == ["--train"]
+    ft = parser.parse_args(["finetune", "--task", "sst2", "--model", "m", "--train", "t", "--out", "o"]).func
+    assert (ft.defaults["max_length"], ft.defaults["epochs"]) == (FinetuneOptions.max_length,
+                                                                  FinetuneOptions.default_train().epochs)
+    assert ft.defaults["early_stopping_patience"] is None and "--early-stopping" in _names(ft)
+
+
+def _names(flags: Flags) -> set:
+    return {o for a in flags.options.values() for o in a.option_strings}
+
+
+# ------------------------------------------------------------------ defaults < run file < command line
+@pytest.fixture
+def run_file(tmp_path):
+    def write(content: dict) -> str:
+        path = tmp_path / "run.json"
+        path.write_text(json.dumps(content))
+        return str(path)
+    return write
+
+
+def test_run_file_beats_the_default_and_the_command_line_beats_the_run_file(run_file):
+    path = run_file({"ratio": 0.5, "lr": 0.01, "limit": 4, "data": ["f"]})
+    cfg = _run(_flags(), ["--config", path, "--lr", "3e-5"])  # given explicitly, though it is the default
+    assert (cfg.ratio, cfg.limit, cfg.data) == (0.5, 4, ["f"])  # the file's over the defaults
+    assert cfg.steps.lr == 3e-5  # the command line's over the file's
+    assert cfg.mode == "auto" and cfg.steps.progress is True  # in neither: the defaults
+
+
+def test_a_flag_left_out_does_not_override_the_run_file(run_file):
+    for content, expected in (({"tune": True, "quiet": True}, (True, False)),  # by the flags' names
+                              ({"progress": False}, (False, False)),  # by the field, as a saved config has it
+                              ({"quiet": False}, (False, True))):  # false: the flag not given, the default
+        cfg = _run(_flags(), ["--data", "a", "--config", run_file(content)])
+        assert (cfg.tune, cfg.steps.progress) == expected, content
+
+
+def test_mrc_train_merges_in_one_order(run_file):
+    path = run_file({"train": ["from_file.json"], "epochs": 5, "lr": 0.01, "eval_limit": 7, "no_title": True})
+    args = cli.build_parser().parse_args(["mrc", "train", "--model", "m", "--out", "o", "--config", path,
+                                          "--lr", "1e-4", "--eval-limit", "500"])
+    args.func.merge(args)
+    cfg = args.func.build(args)
+    assert isinstance(cfg, MRCTrainConfig) and cfg.train_files == ["from_file.json"]
+    assert (cfg.train.epochs, cfg.use_title) == (5, False)  # the run file's
+    assert (cfg.train.lr, cfg.eval_limit) == (1e-4, 500)  # the command line's, 500 being the default too
+    assert (cfg.train.batch_size, cfg.train.keep_last, cfg.dev_fraction) == (16, 1, 0.1)  # mrc train's defaults
+    assert cfg.train.group_by_length is True  # a trainer default with no option keeps the run's own
+
+
+def test_finetune_run_file_and_command_line_reach_finetune_options(run_file):
+    path = run_file({"task": "sst2", "model": "m", "train": "t.tsv", "max_length": 64, "freeze_layers": 2,
+                     "no_group_by_length": True, "early_stopping": 3, "keep_last": 0})
+    args = cli.build_parser().parse_args(["finetune", "--out", "o", "--config", path, "--freeze-layers", "1"])
+    args.func.merge(args)
+    opts = args.func.build(args)
+    assert isinstance(opts, FinetuneOptions) and args.train == "t.tsv"  # --train: the file, not opts.train
+    assert (opts.max_length, opts.freeze_layers, opts.train.early_stopping_patience) == (64, 1, 3)
+    assert (opts.train.group_by_length, opts.train.keep_last, opts.train.epochs) == (False, 0, 3)
+
+
+# ------------------------------------------------------------------ a bad value in the run file
+@pytest.mark.parametrize("content, message", [
+    ({"ratio": 2}, "ratio: must be a number in [0, 1], got 2"),
+    ({"tune": "yes"}, "tune: expected true or false, got 'yes'"),
+    ({"mode": "slow"}, "mode: 'slow' is not one of auto, fast"),
+    ({"ratios": 0.2}, "unknown field(s) ratios"),
+])
+def test_bad_run_file_value_is_a_config_error_naming_the_field(run_file, content, message):
+    path = run_file(content)
+    with pytest.raises(ConfigError) as e:
+        _run(_flags(), ["--data", "a", "--config", path])
+    assert str(e.value).startswith(f"{path}: {message}") and "\n" not in str(e.value)
+
+
+def test_bad_run_file_value_of_a_command_is_one_line(capsys, run_file):
+    path = run_file({"dev_fraction": 1.5, "model": "m", "train": ["t"], "out": "o"})
+    assert cli.main(["mrc", "train", "--config", path]) == 2
+    err = capsys.readouterr().err
+    assert err == f"bertfam: error: {path}: dev_fraction: must be a number in [0, 1), got 1.5\n"
+
+
+def test_no_command_reads_argparse_internals():
+    """The merge tells a given option from a default by the SUPPRESS defaults alone."""
+    for d, _, files in os.walk(os.path.join(ROOT, "bertfam")):
+        for f in files:
+            if f.endswith(".py"):
+                with open(os.path.join(d, f), encoding="utf-8") as fh:
+                    text = fh.read()
+                for private in ("._actions", "._group_actions", "._mutually_exclusive_groups"):
+                    assert private not in text, f"{f}: {private}"
