@@ -4,8 +4,9 @@
 
 Compares, on the `infer 16-128` batches of encoder_throughput.py (same weights, threads, batches): bertfam's
 unpadded path with each attention kernel of bertfam.modeling.varlen (loop, njt, pad, block), bertfam's padded
-path, and transformers. Real tokens/s, median of --reps after a warm-up, [min-max]. Writes
-docs/varlen_kernels.md. The default kernel (varlen.default_kernel) is chosen from this table.
+path, and transformers; each bertfam engine is the model's one packing setting (`packing=` per call: a kernel
+name, or "padded"). Real tokens/s, median of --reps after a warm-up, [min-max]. Writes
+docs/varlen_kernels.md. The kernel of packing "auto" (varlen.default_kernel) is chosen from this table.
 """
 from __future__ import annotations
 
@@ -38,11 +39,10 @@ def worker(args) -> dict:
     model = bertfam.optimize_for_inference(bertfam.from_pretrained(os.path.join(d, "hf"), task=None).backbone.eval())
     keys = ("input_ids", "attention_mask", "token_type_ids")
 
-    def engine(kernel):
+    def engine(packing):
         def run(b):
-            os.environ["BERTFAM_VARLEN_KERNEL"] = kernel if kernel != "padded" else "loop"
             with torch.inference_mode():
-                model(**{k: b[k] for k in keys}, packed=kernel != "padded")
+                model(**{k: b[k] for k in keys}, packing=packing)
         return run
 
     fns = {f"bertfam unpadded, {k}": engine(k) for k in KERNELS}
