@@ -87,7 +87,12 @@ def main() -> int:
              f"`benchmarks/varlen_kernels.py`, one run, {args.threads} threads, case `{args.case}` of "
              f"benchmarks/encoder_throughput.py (batch scale {args.scale}), real tokens/s, median of {args.reps} "
              f"[min-max]; load average {load:.1f} at start"
-             + (" (shared machine: compare within a table only)." if load > 1.5 else "."), ""]
+             + (" (shared machine: compare within a table only)." if load > 1.5 else "."), "",
+             "Each bertfam row is a value of the model's one packing setting (`model.packing = ...`, or "
+             "`packing=` per call; bertfam/modeling/layout.py): a kernel name runs the unpadded encoder with "
+             "that attention kernel, \"padded\" the padded path. The default, \"auto\", packs with "
+             "`varlen.default_kernel(device)`: \"loop\" on CPU, \"njt\" on CUDA; to use another kernel on a "
+             "machine where this table says it is faster, set `packing` to its name.", ""]
     for m in args.models.split(","):
         bench.run_worker(args, "prepare", model=m)
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", m, "--case", args.case,
