@@ -12,7 +12,8 @@ Engines, all with bf16 autocast on CUDA (fp32 on CPU), fused AdamW, dropout on:
 - `bertfam`: TaskModel (MLM head on the masked positions only), unpadded with the nested-jagged SDPA
   kernel (the CUDA default: flash / memory-efficient varlen kernels);
 - `bertfam-pad`: the same unpadded encoder with the "pad" attention kernel (re-pad for attention only);
-- `bertfam-padded`: the padded path (`packed=False`), the like-for-like comparison with transformers;
+- `bertfam-padded`: the padded path, the like-for-like comparison with transformers;
+each bertfam engine is the model's one packing setting, passed per call (`packing=`: "auto", "pad", "padded");
 - `transformers`: BertForMaskedLM (sdpa), logits on every position, as its users run it.
 Cases: `train 128` (every sequence 128 tokens: the MosaicBERT-style headline), `train 16-512` (lengths
 uniform in 16-512: padding matters) and `infer 16-512` (forward only, inference_mode).
@@ -44,6 +45,7 @@ from encoder_throughput import model_flops, random_batch, real_tokens  # noqa: E
 CASES = {"train 128": ("train", 256, 128, 128), "train 16-512": ("train", 64, 16, 512),
          "infer 16-512": ("infer", 256, 16, 512)}
 ENGINES = ("bertfam", "bertfam-pad", "bertfam-padded", "transformers")
+ENGINE_PACKING = {"bertfam": "auto", "bertfam-pad": "pad", "bertfam-padded": "padded"}  # bertfam's layout setting
 PEAK_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L40S": 362.1, "A10": 125.0}  # dense bf16
 
 
@@ -87,7 +89,7 @@ def make_engine(name: str, kind: str, d: str, device: torch.device, amp):
         if kind == "infer":  # prediction as the predictors run it (modeling/optimize.py)
             model = bertfam.optimize_for_inference(model.backbone)
         keys = ("input_ids", "attention_mask", "token_type_ids", "labels", "masked_positions")
-        extra = {"packed": False} if name == "bertfam-padded" else {}
+        extra = {"packing": ENGINE_PACKING[name]}
 
     def feed(b):  # b is already on the device
         f = {k: v for k, v in b.items() if k in keys}
@@ -145,7 +147,7 @@ def parity(d: str, device: torch.device, vocab: int) -> dict:
     m = b["attention_mask"].bool()
     with torch.inference_mode():
         a = ours.backbone(**b).last_hidden_state
-        p = ours.backbone(**b, packed=False).last_hidden_state
+        p = ours.backbone(**b, packing="padded").last_hidden_state
         h = hf(**b).last_hidden_state
     return {"unpadded_vs_padded": float((a - p)[m].abs().max()),
             "bertfam_vs_transformers": float((a - h)[m].abs().max())}
@@ -192,14 +194,11 @@ def main() -> int:
         real, flops = real_tokens(bs), useful_flops(cfg, bs, kind == "train")
         bs = [{k: v.to(device) for k, v in b.items()} for b in bs]  # transfers are not timed
         row = {}
-        user_kernel = os.environ.get("BERTFAM_VARLEN_KERNEL")
         for eng in args.engines.split(","):
             try:
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats(device)
-                if eng == "bertfam-pad":  # the packing plan reads the kernel choice from here
-                    os.environ["BERTFAM_VARLEN_KERNEL"] = "pad"
                 fn, m = make_engine(eng, kind, d, device, amp)
                 times = time_engine(fn, bs, device, args.warmup, args.reps)
                 t = statistics.median(times)
@@ -211,10 +210,6 @@ def main() -> int:
                 del fn, m
             except Exception as e:  # one failing engine must not lose the others' numbers
                 row[eng] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
-            finally:
-                os.environ.pop("BERTFAM_VARLEN_KERNEL", None)
-                if user_kernel:
-                    os.environ["BERTFAM_VARLEN_KERNEL"] = user_kernel
             print(case, eng, row[eng], flush=True)
         ref = row.get("transformers", {}).get("tokens_s")
         for r in row.values():

@@ -81,8 +81,8 @@ def main() -> int:
     sess = onnx_session(path, threads=args.threads)
     in_names = [i.name for i in sess.get_inputs()]
     first = info["outputs"][0]
-    # bertfam skips padding tokens by default (unpadded encoder); packed=False runs the padded computation
-    padded_ok = "packed" in inspect.signature(model.forward).parameters
+    # bertfam skips padding tokens by default (unpadded encoder); packing="padded" runs the padded computation
+    padded_ok = "packing" in inspect.signature(model.forward).parameters
     rows = []
     for k, shape in enumerate(args.shapes.split(",")):
         b, t = (int(x) for x in shape.lower().split("x"))
@@ -98,7 +98,7 @@ def main() -> int:
 
         def run_torch_padded():  # the same computation as the ONNX graph: padding positions included
             with torch.inference_mode():
-                return getattr(model(**feed, packed=False), first)
+                return getattr(model(**feed, packing="padded"), first)
 
         ref, got = run_torch().float(), torch.from_numpy(run_ort()).float()
         diff = (got - ref).abs()

@@ -4,8 +4,9 @@
 
 Compares, on the `infer 16-128` batches of encoder_throughput.py (same weights, threads, batches): bertfam's
 unpadded path with each attention kernel of bertfam.modeling.varlen (loop, njt, pad, block), bertfam's padded
-path, and transformers. Real tokens/s, median of --reps after a warm-up, [min-max]. Writes
-docs/varlen_kernels.md. The default kernel (varlen.default_kernel) is chosen from this table.
+path, and transformers; each bertfam engine is the model's one packing setting (`packing=` per call: a kernel
+name, or "padded"). Real tokens/s, median of --reps after a warm-up, [min-max]. Writes
+docs/varlen_kernels.md. The kernel of packing "auto" (varlen.default_kernel) is chosen from this table.
 """
 from __future__ import annotations
 
@@ -38,11 +39,10 @@ def worker(args) -> dict:
     model = bertfam.optimize_for_inference(bertfam.from_pretrained(os.path.join(d, "hf"), task=None).backbone.eval())
     keys = ("input_ids", "attention_mask", "token_type_ids")
 
-    def engine(kernel):
+    def engine(packing):
         def run(b):
-            os.environ["BERTFAM_VARLEN_KERNEL"] = kernel if kernel != "padded" else "loop"
             with torch.inference_mode():
-                model(**{k: b[k] for k in keys}, packed=kernel != "padded")
+                model(**{k: b[k] for k in keys}, packing=packing)
         return run
 
     fns = {f"bertfam unpadded, {k}": engine(k) for k in KERNELS}
@@ -87,7 +87,12 @@ def main() -> int:
              f"`benchmarks/varlen_kernels.py`, one run, {args.threads} threads, case `{args.case}` of "
              f"benchmarks/encoder_throughput.py (batch scale {args.scale}), real tokens/s, median of {args.reps} "
              f"[min-max]; load average {load:.1f} at start"
-             + (" (shared machine: compare within a table only)." if load > 1.5 else "."), ""]
+             + (" (shared machine: compare within a table only)." if load > 1.5 else "."), "",
+             "Each bertfam row is a value of the model's one packing setting (`model.packing = ...`, or "
+             "`packing=` per call; bertfam/modeling/layout.py): a kernel name runs the unpadded encoder with "
+             "that attention kernel, \"padded\" the padded path. The default, \"auto\", packs with "
+             "`varlen.default_kernel(device)`: \"loop\" on CPU, \"njt\" on CUDA; to use another kernel on a "
+             "machine where this table says it is faster, set `packing` to its name.", ""]
     for m in args.models.split(","):
         bench.run_worker(args, "prepare", model=m)
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", m, "--case", args.case,

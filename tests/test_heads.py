@@ -147,8 +147,8 @@ def test_mean_pooling_classifier_reads_the_real_tokens_mean():
     ids = torch.tensor([[2, 7, 9, 4, 3, 0, 0], [2, 5, 3, 0, 0, 0, 0]])
     mask = ids.ne(0).long()
     with torch.no_grad():
-        logits = m(ids, mask, packed=False).logits  # (2, 2)
-        h = m.backbone(ids[:1, :5], mask[:1, :5], packed=False).last_hidden_state  # (1, 5, H): row 0 unpadded
+        logits = m(ids, mask, packing="padded").logits  # (2, 2)
+        h = m.backbone(ids[:1, :5], mask[:1, :5], packing="padded").last_hidden_state  # (1, 5, H): row 0 unpadded
         want = m.classifier.classifier(h.mean(1))
         short = m(ids[1:, :3], mask[1:, :3]).logits
     assert torch.allclose(logits[:1], want, atol=1e-5) and torch.allclose(logits[1:], short, atol=1e-5)

@@ -79,12 +79,12 @@ def test_int8_is_close_to_float_for_every_head_and_layout(head, monkeypatch):
     real = kw["attention_mask"].bool()
     made = _count_scratch(monkeypatch)
     with torch.inference_mode():
-        for packed in (True, False):
-            a, b = plain(**kw, packed=packed), fast(**kw, packed=packed)
+        for packing in ("auto", "padded"):
+            a, b = plain(**kw, packing=packing), fast(**kw, packing=packing)
             diffs = _compare(a, b, real)
             for name, (rel, agree, same) in diffs.items():
-                assert rel < RTOL, (packed, name, rel)
-                assert agree is None or agree >= AGREE, (packed, name, agree)
+                assert rel < RTOL, (packing, name, rel)
+                assert agree is None or agree >= AGREE, (packing, name, agree)
             assert not any(same for _, _, same in diffs.values()), "int8 outputs equal float32: nothing quantized"
     assert len(made) == 2, "the buffer-reusing layers did not run around the int8 projections"
 
@@ -97,8 +97,8 @@ def test_int8_other_families_mlm(family):
     fast = quantize_int8(copy.deepcopy(plain))
     kw = _batch(cfg, B=4, T=20, seed=2)
     with torch.inference_mode():
-        for packed in (True, False):
-            diffs = _compare(plain(**kw, packed=packed), fast(**kw, packed=packed), kw["attention_mask"].bool())
+        for packing in ("auto", "padded"):
+            diffs = _compare(plain(**kw, packing=packing), fast(**kw, packing=packing), kw["attention_mask"].bool())
             assert all(rel < RTOL and (agree is None or agree >= AGREE) for rel, agree, _ in diffs.values()), diffs
 
 
@@ -230,8 +230,8 @@ def test_checkpoint_round_trip_is_bit_for_bit(tmp_path):
     assert type(back.mlm) is Int8MLMPredictor and back.mlm.word[0] is back.backbone.embeddings.word
     kw = _batch(back.config, B=4, T=16, seed=1)
     with torch.inference_mode():
-        for packed in (True, False):
-            a, b = model(**kw, packed=packed), back(**kw, packed=packed)
+        for packing in ("auto", "padded"):
+            a, b = model(**kw, packing=packing), back(**kw, packing=packing)
             assert torch.equal(a.logits, b.logits) and torch.equal(a.last_hidden_state, b.last_hidden_state)
     # a float config.json stays as it was: no quantization key
     assert "quantization" not in json.load(open(tmp_path / "float" / "config.json"))

@@ -32,8 +32,11 @@ def _same(a, b, tol=1e-5) -> None:
             assert x.shape == y.shape and float((x - y).abs().max()) <= tol, name
 
 
+PACKING = {"packed": "auto", "padded": "padded"}  # layout -> the model's packing setting
+
+
 @pytest.mark.parametrize("head", HEADS, ids=lambda h: "-".join(str(v) for v in h.values()))
-@pytest.mark.parametrize("layout", ["packed", "padded"])
+@pytest.mark.parametrize("layout", list(PACKING))
 def test_optimised_equals_plain_for_every_head(tiny_cfg, head, layout, monkeypatch):
     cfg = tiny_cfg.replace(head=HeadConfig(**head))
     plain = bertfam.build_model(cfg, seed=0).eval()
@@ -43,9 +46,9 @@ def test_optimised_equals_plain_for_every_head(tiny_cfg, head, layout, monkeypat
     made = _count_scratch(monkeypatch)
     with torch.inference_mode():
         for batch in (kw, dict(kw, **extra)):
-            a = plain(**batch, packed=layout == "packed")
+            a = plain(**batch, packing=PACKING[layout])
             assert made == []
-            b = fast(**batch, packed=layout == "packed")
+            b = fast(**batch, packing=PACKING[layout])
             assert made, "the optimised path was not taken"
             _same(a, b)
             made.clear()

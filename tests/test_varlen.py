@@ -89,7 +89,7 @@ def test_every_head_unpadded_equals_padded(family):
         real = kw["attention_mask"].bool()
         with torch.no_grad():
             for extra in ({}, _labels(cfg.head.task, cfg, kw, g)):
-                fast, slow = model(**kw, **extra), model(**kw, **extra, packed=False)
+                fast, slow = model(**kw, **extra), model(**kw, **extra, packing="padded")
                 diffs = _max_diff(fast, slow, real)
                 assert diffs and max(diffs.values()) <= TOL, (head, extra.keys(), diffs)
             # the default really is the unpadded path: padding positions hold zeros there, not in the padded one
@@ -105,7 +105,7 @@ def test_mlm_over_masked_positions_only(tiny_cfg):
     sel = labels != IGNORE
     with torch.no_grad():
         fast = model(**kw, labels=labels, masked_positions=sel)
-        slow = model(**kw, labels=labels, masked_positions=sel, packed=False)
+        slow = model(**kw, labels=labels, masked_positions=sel, packing="padded")
         full = model(**kw, labels=labels)
     assert fast.logits.shape == (int(sel.sum()), cfg.vocab_size)
     assert (fast.logits - slow.logits).abs().max() <= TOL
@@ -119,9 +119,9 @@ def test_gradients_match(tiny_cfg):
     kw = _batch(cfg, B=4, T=15, seed=5)
     labels = torch.randint(0, 4, kw["input_ids"].shape).masked_fill(kw["attention_mask"] == 0, IGNORE)
     grads = []
-    for packed in (None, False):
+    for packing in (None, "padded"):
         model = bertfam.build_model(cfg, seed=0).train()
-        model(**kw, labels=labels, packed=packed).loss.backward()
+        model(**kw, labels=labels, packing=packing).loss.backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 10
     worst = max(float((grads[0][n] - grads[1][n]).abs().max()) for n in grads[0])
@@ -140,12 +140,12 @@ def test_training_loss_trajectory_matches():
         batches.append(kw)
     batches = batches * 2
     curves = []
-    for packed in (None, False):
+    for packing in (None, "padded"):
         model = bertfam.build_model(cfg, seed=0).train()
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
         losses = []
         for kw in batches:
-            loss = model(**kw, packed=packed).loss
+            loss = model(**kw, packing=packing).loss
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -173,11 +173,11 @@ def test_padded_path_where_needed(tiny_cfg):
         left = mask.flip(1)
         assert bb.encode(ids.flip(1), left).plan is None
         # forced off, per call and per model
-        assert bb.encode(ids, mask, packed=False).plan is None
+        assert bb.encode(ids, mask, packing="padded").plan is None
         assert bb.encode(ids, mask).plan is not None
-        bb.packed = False
+        bb.packing = "padded"
         assert bb.encode(ids, mask).plan is None
-        bb.packed = True
+        bb.packing = "auto"
         # no padding at all: the mask is dropped (same numbers as no mask)
         full = torch.ones_like(mask)
         enc = bb.encode(ids, full)
@@ -194,7 +194,7 @@ def test_targets_on_padding_fall_back_exactly(tiny_cfg):
     assert kw["attention_mask"][2, -1] == 0
     with torch.no_grad():
         a = model(**kw, labels=labels)
-        b = model(**kw, labels=labels, packed=False)
+        b = model(**kw, labels=labels, packing="padded")
         c = model(**kw, labels=labels, masked_positions=labels != IGNORE)
     assert torch.equal(a.loss, b.loss) and abs(float(c.loss - b.loss)) <= TOL
 
@@ -206,7 +206,7 @@ def test_holes_in_the_mask(tiny_cfg):
     kw["attention_mask"][:, 3] = 0
     real = kw["attention_mask"].bool()
     with torch.no_grad():
-        d = _max_diff(model(**kw), model(**kw, packed=False), real)
+        d = _max_diff(model(**kw), model(**kw, packing="padded"), real)
     assert max(d.values()) <= TOL, d
 
 

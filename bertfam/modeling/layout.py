@@ -1,22 +1,36 @@
 """Padded or packed: the batch layout, decided once per forward, and the encoder output that knows it.
 
 A batch runs padded ((B, T, H), attention masked) or packed ((N, H), its N real tokens; see varlen.py).
+One setting says which, `packing` (PACKING): per model (`BertfamModel.packing`, "auto" unless set) or per
+call (`packing=`, the same values, for that call only):
+- "auto":    packed wherever that gives the padded numbers, with the attention kernel chosen for the
+             device (varlen.default_kernel);
+- a kernel (varlen.ATTENTION_KERNELS: "loop", "njt", "pad", "block"): as "auto", with that kernel (to
+             measure or compare kernels; benchmarks/varlen_kernels.py);
+- "padded":  always padded (the reference path, e.g. to compare against or to match an exported graph).
 `choose_layout` is the one place that decides; `EncoderOutput` carries the final hidden states with their
 packing plan and gives heads what they need (per-token states, the first token, rows at chosen positions,
 a re-padded copy), so no head branches on the layout.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 
+from ..errors import ConfigError
 from .pooling import mean_pool
-from .varlen import Packed, pack_info, repad, unpad
+from .varlen import ATTENTION_KERNELS, Packed, default_kernel, pack_info, repad, unpad
 
-PADDED_ENV = "BERTFAM_PADDED"
+PACKING = ("auto", "padded", *ATTENTION_KERNELS)
+
+
+def check_packing(packing: str) -> str:
+    """`packing` if it is one of PACKING, else a ConfigError naming the setting and its values."""
+    if packing not in PACKING:
+        raise ConfigError(f"packing {packing!r} not in {', '.join(PACKING)}")
+    return packing
 
 
 def tracing() -> bool:
@@ -25,18 +39,13 @@ def tracing() -> bool:
             or torch.onnx.is_in_onnx_export())
 
 
-def packed_by_default() -> bool:
-    """A new model packs where exact, unless BERTFAM_PADDED=1 (e.g. to compare against the padded path)."""
-    return os.environ.get(PADDED_ENV, "0") in ("", "0", "false", "no")
-
-
-def choose_layout(attention_mask: Optional[torch.Tensor], packed: bool, all_layers: bool = False,
+def choose_layout(attention_mask: Optional[torch.Tensor], packing: str, all_layers: bool = False,
                   head_needs_padding: Optional[Callable[[torch.Tensor], bool]] = None
                   ) -> tuple[Optional[torch.Tensor], Optional[Packed]]:
     """(attention mask, plan): a `Packed` plan to run packed, or None to run padded with the returned mask
     (None where nothing is padded: unmasked attention gives the same numbers, faster).
 
-    Packed only where it gives the padded numbers on real tokens: `packed` asked for, a (B, T) mask with
+    Packed only where it gives the padded numbers on real tokens: `packing` is not "padded", a (B, T) mask with
     padding whose first column is real (the pooler reads position 0), no per-layer outputs (`all_layers`:
     hidden states or attentions, exact at every position only padded), and no head target on padding
     (`head_needs_padding` gets the (B, T) bool padding mask)."""
@@ -46,11 +55,12 @@ def choose_layout(attention_mask: Optional[torch.Tensor], packed: bool, all_laye
         return attention_mask, None
     if bool(attention_mask.all()):
         return None, None
-    if not packed or all_layers or not bool(attention_mask[:, 0].all()):
+    if packing == "padded" or all_layers or not bool(attention_mask[:, 0].all()):
         return attention_mask, None
     if head_needs_padding is not None and head_needs_padding(~attention_mask.bool()):
         return attention_mask, None
-    return attention_mask, pack_info(attention_mask)
+    kernel = default_kernel(attention_mask.device) if packing == "auto" else packing
+    return attention_mask, pack_info(attention_mask, kernel)
 
 
 @dataclass

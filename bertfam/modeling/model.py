@@ -13,7 +13,7 @@ from .attention import extended_mask
 from .embeddings import Embeddings
 from .encoder import Encoder
 from .heads import HEAD_PARTS, IGNORE, MLMPredictor, build_head  # noqa: F401  (IGNORE: re-exported)
-from .layout import EncoderOutput, choose_layout, packed_by_default
+from .layout import EncoderOutput, check_packing, choose_layout
 from .varlen import unpad
 
 log = logging.getLogger("bertfam")
@@ -52,8 +52,7 @@ class BertfamModel(nn.Module):
     Packed by default: with a (B, T) padding mask that has padding, the batch runs as its N real tokens
     (see varlen.py) and nothing is computed for padding; `last_hidden_state` is re-padded with zeros at
     padding positions. layout.choose_layout decides, once per forward: padded where that is needed for
-    exact outputs, or when asked for: `packed=False` per call, `model.packed = False`, or BERTFAM_PADDED=1
-    in the environment (read when a model is built).
+    exact outputs, or where `packing` (the model's, or a call's `packing=`; layout.PACKING) says "padded".
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -62,20 +61,30 @@ class BertfamModel(nn.Module):
         self.embeddings = Embeddings(cfg)
         self.encoder = Encoder(cfg)
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.packed = packed_by_default()
+        self.packing = "auto"
+
+    @property
+    def packing(self) -> str:
+        """The layout setting for this model's forwards (layout.PACKING); checked when set, so a typo fails
+        here and not at the first batch with padding."""
+        return self._packing
+
+    @packing.setter
+    def packing(self, value: str) -> None:
+        self._packing = check_packing(value)
 
     def forward(self, input_ids: Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None,
                 token_type_ids: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
                 task_type_ids: Optional[torch.Tensor] = None, inputs_embeds: Optional[torch.Tensor] = None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
-                packed: Optional[bool] = None) -> ModelOutput:
+                packing: Optional[str] = None) -> ModelOutput:
         return ModelOutput.of(self.encode(input_ids, attention_mask, token_type_ids, position_ids, task_type_ids,
-                                          inputs_embeds, output_hidden_states, output_attentions, packed))
+                                          inputs_embeds, output_hidden_states, output_attentions, packing))
 
     def encode(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                task_type_ids=None, inputs_embeds=None, output_hidden_states=False, output_attentions=False,
-               packed: Optional[bool] = None, head_needs_padding=None) -> EncoderOutput:
-        """The final hidden states in the layout chosen for this batch (packed: None = self.packed).
+               packing: Optional[str] = None, head_needs_padding=None) -> EncoderOutput:
+        """The final hidden states in the layout chosen for this batch (packing: None = self.packing).
         head_needs_padding: (B, T) padding mask -> bool, the head's say (see layout.choose_layout)."""
         if input_ids is None and inputs_embeds is None:
             raise ValueError("give input_ids or inputs_embeds")
@@ -83,8 +92,9 @@ class BertfamModel(nn.Module):
                                                                   device=inputs_embeds.device)
         if attention_mask is None and input_ids is not None and self.config.position_offset:
             attention_mask = input_ids.ne(self.config.pad_token_id)
-        attention_mask, plan = choose_layout(attention_mask, self.packed if packed is None else packed,
-                                             output_hidden_states or output_attentions, head_needs_padding)
+        packing = self.packing if packing is None else check_packing(packing)
+        attention_mask, plan = choose_layout(attention_mask, packing, output_hidden_states or output_attentions,
+                                             head_needs_padding)
         if plan is not None:
             return self._encode_packed(ids, plan, token_type_ids, position_ids, task_type_ids, inputs_embeds)
         x = self.embeddings(ids, token_type_ids, position_ids, task_type_ids, inputs_embeds)  # (B, T, H)
@@ -132,6 +142,15 @@ class TaskModel(nn.Module):
     def task(self) -> Optional[str]:
         return self.config.head.task
 
+    @property
+    def packing(self) -> str:
+        """The backbone's layout setting (BertfamModel.packing), where it lives; here for convenience."""
+        return self.backbone.packing
+
+    @packing.setter
+    def packing(self, value: str) -> None:
+        self.backbone.packing = value
+
     def init_weights(self, seed: Optional[int] = None) -> "TaskModel":
         if seed is not None:
             torch.manual_seed(seed)
@@ -159,16 +178,17 @@ class TaskModel(nn.Module):
                 task_type_ids=None, inputs_embeds=None, labels=None, pair_labels=None, start_positions=None,
                 end_positions=None, answerable_labels=None, masked_positions=None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
-                packed: Optional[bool] = None) -> ModelOutput:
+                packing: Optional[str] = None) -> ModelOutput:
         """labels: class ids (B,), regression targets (B,), tag ids (B, T) or MLM targets (B, T) with -100
         for ignored positions. masked_positions (B, T) bool: MLM logits only where True (faster).
-        packed: None = the backbone's default (packed whenever that gives the same numbers); False forces
-        the padded path. Logits at padding positions are zero in the packed path."""
+        packing: None = the model's setting (`packing`, "auto" unless set: packed whenever that gives the
+        same numbers); "padded" forces the padded path for this call. Logits at padding positions are zero
+        in the packed path."""
         targets = dict(labels=labels, pair_labels=pair_labels, start_positions=start_positions,
                        end_positions=end_positions, answerable_labels=answerable_labels,
                        masked_positions=masked_positions)
         enc = self.backbone.encode(input_ids, attention_mask, token_type_ids, position_ids, task_type_ids,
-                                   inputs_embeds, output_hidden_states, output_attentions, packed,
+                                   inputs_embeds, output_hidden_states, output_attentions, packing,
                                    self._head_needs_padding(targets))
         return ModelOutput.of(enc, self._run_head(enc, targets))
 

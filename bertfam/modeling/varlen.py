@@ -5,7 +5,8 @@ sequence lengths `cu_seqlens` (B + 1,), as in FlashAttention's varlen API. Embed
 FFN and LayerNorm are per-token, so they run on the N real tokens only (no work on padding);
 attention runs per sequence. Heads use `repad` only where they must return (B, T, ...) tensors.
 
-Attention kernels for the packed layout (`ATTENTION_KERNELS`), chosen by `default_kernel(device)`:
+Attention kernels for the packed layout (`ATTENTION_KERNELS`); the model's one packing setting picks one
+(layout.PACKING: "auto" = `default_kernel(device)`, or a kernel by name):
 - "loop":  one SDPA call per sequence on views of the packed qkv (no padding, no copies of K/V);
 - "njt":   nested jagged tensors + SDPA (on CUDA this dispatches to flash/efficient varlen kernels;
            on CPU PyTorch unbinds it into the same per-sequence loop, with extra overhead);
@@ -15,7 +16,6 @@ benchmarks/encoder_throughput.py --attention measures them; docs/benchmarks.md h
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -61,12 +61,9 @@ def pack_info(attention_mask: torch.Tensor, kernel: Optional[str] = None) -> Pac
 
 
 def default_kernel(device: torch.device) -> str:
-    """BERTFAM_VARLEN_KERNEL overrides; else per-sequence SDPA on CPU, nested jagged SDPA on CUDA."""
-    k = os.environ.get("BERTFAM_VARLEN_KERNEL")
-    if k:
-        if k not in ATTENTION_KERNELS:
-            raise ValueError(f"BERTFAM_VARLEN_KERNEL={k!r}; known: {', '.join(ATTENTION_KERNELS)}")
-        return k
+    """The kernel of packing "auto": per-sequence SDPA on CPU (with "pad" the fastest there, and no copies:
+    docs/varlen_kernels.md),
+    nested jagged SDPA on CUDA (it dispatches to the flash / memory-efficient varlen kernels)."""
     return "njt" if device.type == "cuda" else "loop"
 
 
