@@ -329,6 +329,8 @@ def main() -> int:
         tuned = dict(p, max_answer_length=length, answer_extension=ext, question_overlap_penalty=q)
         if p["rule"] not in ("verifier", "all") and not uses_verifier(p):
             tuned["verifier"] = None  # the shipped rule does without one
+        elif model.config.head.mrc_settings.verifier is None:  # it needs one: the e5 cosine `mrc build-verifier` builds
+            tuned["verifier"] = "verifier"
         tuned["answerability"] = p["fusion"] if p["rule"] == "fused" else None
         save_thresholds(model, final_dir, tuned, f"out of fold on {os.path.basename(args.data)}")
         info_path = os.path.join(final_dir, "training_info.json")
