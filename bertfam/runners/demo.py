@@ -158,14 +158,19 @@ def _print_rule(model, predictor) -> None:
     """The no-answer rule and decoding the demo runs with (the model's tuned head.mrc)."""
     from ..modeling.int8 import is_int8
 
-    rule = f"null {predictor.null_threshold:.2f}, P(answerable) {predictor.answerable_threshold:.2f}"
+    fused = predictor.answerability
+    rule = (f"answer iff the fused answerability model ({len(fused.features)} features: the reader's signals"
+            f"{', the verifier' if predictor.verifier is not None else ''} and the question's match with title "
+            f"and passage) gives P(answerable) >= {predictor.answerable_threshold:.2f}" if fused is not None else
+            f"null {predictor.null_threshold:.2f}, P(answerable) {predictor.answerable_threshold:.2f}")
     if predictor.verifier is not None:
         v = predictor.verifier.model
-        rule += f", verifier relevance {predictor.verifier_threshold:.3f}"
+        if fused is None:
+            rule += f", verifier relevance {predictor.verifier_threshold:.3f}"
         print(f"  verifier: {model.config.head.mrc_settings.verifier}/, {v.config.num_hidden_layers} layers, "
               f"{v.num_parameters()['total'] / 1e6:.1f}M parameters{', int8' if is_int8(v) else ''} "
               "(question-passage relevance)")
-    print(f"  no-answer thresholds: {rule}")
+    print(f"  no-answer rule: {rule}" if fused is not None else f"  no-answer thresholds: {rule}")
     if predictor.answer_extension == "trim":
         print("  answers cut at their first sentence end")
     elif predictor.answer_extension != "none":
