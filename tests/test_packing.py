@@ -122,3 +122,18 @@ def test_no_module_reads_the_old_environment_switches(folder):
                 found += [(os.path.relpath(path, ROOT), var) for var in ("BERTFAM_PADDED", "BERTFAM_VARLEN_KERNEL")
                           if var in text]
     assert found == []
+
+
+def test_packed_is_not_a_setting():
+    """Setting the old attribute fails loudly instead of leaving the model packed without a word."""
+    import bertfam
+    from bertfam import HeadConfig, preset
+
+    for model in (bertfam.build_model(preset("bert-tiny", vocab_size=50), seed=0),
+                  bertfam.build_model(preset("bert-tiny", vocab_size=50, head=HeadConfig(task="classification",
+                                                                                        num_labels=2)), seed=0)):
+        with pytest.raises(AttributeError, match=r"model.packed is not a setting: set model.packing \(auto, padded"):
+            model.packed = False
+        with pytest.raises(AttributeError):  # reading it is nn.Module's "no attribute" (a loud failure already)
+            model.packed
+        assert model.packing == "auto"

@@ -33,6 +33,29 @@ def check_packing(packing: str) -> str:
     return packing
 
 
+class NotASetting:
+    """A class attribute that refuses to be set, naming the setting to use: `model.packed = False` would
+    otherwise make a plain attribute that nothing reads, and the model would stay packed silently. Reading it
+    raises AttributeError too (nn.Module then reports the attribute as missing)."""
+
+    def __init__(self, use: str):
+        self.use = use
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        raise AttributeError(f"model.{self.name} is not a setting: {self.use}")
+
+    def __set__(self, obj, value) -> None:
+        raise AttributeError(f"model.{self.name} is not a setting: {self.use}")
+
+
+PACKED_IS_NOT_A_SETTING = "set model.packing (" + ", ".join(PACKING) + ")"
+
+
 def tracing() -> bool:
     """Export, compile or jit tracing: one static graph, so no data-dependent layout choice."""
     return (torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing()

@@ -13,7 +13,7 @@ from .attention import extended_mask
 from .embeddings import Embeddings
 from .encoder import Encoder
 from .heads import HEAD_PARTS, IGNORE, MLMPredictor, build_head  # noqa: F401  (IGNORE: re-exported)
-from .layout import EncoderOutput, check_packing, choose_layout
+from .layout import PACKED_IS_NOT_A_SETTING, EncoderOutput, NotASetting, check_packing, choose_layout
 from .varlen import unpad
 
 log = logging.getLogger("bertfam")
@@ -62,6 +62,8 @@ class BertfamModel(nn.Module):
         self.encoder = Encoder(cfg)
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.packing = "auto"
+
+    packed = NotASetting(PACKED_IS_NOT_A_SETTING)  # the one layout switch is `packing`
 
     @property
     def packing(self) -> str:
@@ -141,6 +143,8 @@ class TaskModel(nn.Module):
     @property
     def task(self) -> Optional[str]:
         return self.config.head.task
+
+    packed = NotASetting(PACKED_IS_NOT_A_SETTING)
 
     @property
     def packing(self) -> str:
