@@ -115,3 +115,27 @@ def test_demo_prints_the_out_of_fold_score_beside_the_demos(tmp_path, tiny_span_
     assert 'always "no answer" 52.6' in line and "answerable 40.0 (n=269)" in out
     assert r["cross_validation"]["oof_f1"] == 57.25
     assert out.index("DuReader-checklist demo (") < out.index("out of fold")
+
+
+def test_readme_and_model_card_quote_what_make_demo_prints_now(capsys):
+    """The shipped model's demo, run as `make demo` runs it: its decision-rule line and its scores part (from
+    the demo tables to the out-of-fold lines; the speed line after them varies and is not quoted) stand
+    verbatim in README.md and the model card, and the quality figure both quote is the out-of-fold one."""
+    import os
+
+    from bertfam.runners.demo import shipped_model_dir
+
+    d = shipped_model_dir()
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    scores = out[out.index("DuReader-checklist demo (100"):out.index("\nspeed:")].rstrip("\n")
+    rule = next(line for line in out.splitlines() if line.startswith("  no-answer"))
+    cv = json.load(open(os.path.join(d, "training_info.json")))["cross_validation"]
+    oof = f"F1 {cv['oof_f1']} [95% {cv['ci95'][0]:.1f}, {cv['ci95'][1]:.1f}]"
+    assert oof in scores  # the demo prints the out-of-fold record
+    root = os.path.dirname(os.path.dirname(d))  # d is ROOT/models/NAME
+    for doc in (os.path.join(root, "README.md"), os.path.join(d, "README.md")):
+        text = open(doc, encoding="utf-8").read()
+        assert scores in text, f"{doc} does not quote make demo's scores part as it prints now"
+        assert rule in text, f"{doc} does not quote make demo's decision rule line"
+        assert f"F1 {cv['oof_f1']} [95 % " in text  # the prose quotes the out-of-fold figure
