@@ -35,19 +35,6 @@ def run_train_config(out_dir: str, train: Optional[TrainConfig]) -> TrainConfig:
     return dataclasses.replace(train if train is not None else default_train(), out_dir=out_dir)
 
 
-def load_run_tokenizer(vocab: Optional[str], init: Optional[str]):
-    """The tokenizer of a run: --vocab (vocab.txt or a tokenizer directory), else the --init checkpoint's."""
-    from ..tokenization import Tokenizer, tokenizer_from
-
-    if vocab:
-        return tokenizer_from(vocab)
-    has_tok = init and os.path.isdir(init) and any(os.path.isfile(os.path.join(init, f))
-                                                   for f in ("tokenizer.json", "vocab.txt"))
-    if has_tok:
-        return Tokenizer.from_pretrained(init)
-    raise ConfigError("give --vocab (vocab.txt or tokenizer directory) or an --init checkpoint with a tokenizer")
-
-
 def read_records(modality: str, features_dir: str, manifest: Optional[str], require: tuple,
                  audio: Optional[AudioConfig], feature_dim: Optional[int] = None, check=None):
     """(records, load report, audio settings) of a feature directory; the report's summary is printed."""
