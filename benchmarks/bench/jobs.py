@@ -26,11 +26,9 @@ def load_engine(engine: str, kind: str, d: str):
     return E.load_train_step(engine, d)
 
 
-def worker_time(args) -> dict:
-    """All engines of one case in this process, interleaved; seconds per pass over the case's batches."""
-    import torch  # noqa: F401
-
-    worker.set_threads(args.threads)
+def case_inputs(args):
+    """(model directory, its bertfam config, the case's kind, its batches: MLM batches for training) of the
+    job's --model and --case."""
     import bertfam
 
     d = os.path.join(args.workdir, args.model)
@@ -39,6 +37,15 @@ def worker_time(args) -> dict:
     batches = cases.make_batches(args.case, cfg.vocab_size, scale=args.scale)
     if kind == "train":
         batches = cases.mlm_batches(batches, cfg.vocab_size)
+    return d, cfg, kind, batches
+
+
+def worker_time(args) -> dict:
+    """All engines of one case in this process, interleaved; seconds per pass over the case's batches."""
+    import torch  # noqa: F401
+
+    worker.set_threads(args.threads)
+    d, cfg, kind, batches = case_inputs(args)
     fns, unavailable = {}, {}
     for e in (E.TRAIN if kind == "train" else E.ALL):
         if e in args.engines.split(","):
@@ -86,7 +93,7 @@ def worker_memory(args) -> dict:
     import torch  # noqa: F401
 
     worker.set_threads(args.threads)
-    import bertfam
+    import bertfam  # noqa: F401  (imported before the base RSS is read: the library is part of the base)
 
     for lib in ("transformers", "onnxruntime", "openvino"):  # the engine's libraries: part of the base RSS
         if args.engines.startswith(lib):
@@ -94,12 +101,7 @@ def worker_memory(args) -> dict:
     if args.engines.startswith("openvino-int8"):
         import nncf  # noqa: F401
     base = probes.rss_mb()
-    d = os.path.join(args.workdir, args.model)
-    cfg = bertfam.ModelConfig.load(os.path.join(d, "bertfam", "config.json"))
-    kind = cases.CASES[args.case][0]
-    batches = cases.make_batches(args.case, cfg.vocab_size, scale=args.scale)
-    if kind == "train":
-        batches = cases.mlm_batches(batches, cfg.vocab_size)
+    d, cfg, kind, batches = case_inputs(args)
     fn = load_engine(args.engines, kind, d)
     load_peak = probes.vm_hwm_mb()
     reset_hwm = probes.reset_peak()
