@@ -157,7 +157,8 @@ def main() -> int:
     print(f"int8 GEMM ceiling (torch quantized::linear_dynamic): {ceiling['int8_ceiling']:.1f} GOP/s "
           + ", ".join(f"{k} {v:.1f}" for k, v in ceiling["int8_gops"].items()), flush=True)
     results = {"ceiling": ceiling, "models": {}, "args": vars(args),
-               "environment": environment(args.threads, args.spin), "engine_labels": {e: E.LABELS[e] for e in requested}}
+               "environment": environment(args.threads, args.spin),
+               "engine_labels": {e: E.LABELS[e] for e in requested}}
     for mname in models:
         prep = run_job(args, "prepare", model=mname)
         print(f"{mname}: {prep['params_m']:.1f}M parameters; max |diff| vs transformers on real tokens: bertfam "
