@@ -28,6 +28,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench import worker  # noqa: E402  (benchmarks/ is on the path when run as a script)
 
 
 def carve(path: str, n_train: int, n_dev: int, seed: int, tmp: str) -> tuple[str, str]:
@@ -144,7 +145,7 @@ def main() -> None:
     if a.side:  # one side only (a child of --parallel): print its result as the last line
         res = (run_bertfam(model_dir, train, dev, os.path.join(a.out, "bertfam-par"), a) if a.side == "bertfam"
                else run_transformers(model_dir, train, dev, a))
-        print("RESULT " + json.dumps(res), flush=True)
+        worker.emit(res)
         return
     for r in range(a.rounds):
         order = ["bertfam", "transformers"] if r % 2 == 0 else ["transformers", "bertfam"]
@@ -157,22 +158,18 @@ def main() -> None:
 
 
 def run_parallel(a) -> None:
-    import subprocess
-
     from bertfam.runners.demo import minilm_dir
 
     args = [sys.executable, os.path.abspath(__file__), "--sst2", a.sst2, "--n-train", str(a.n_train), "--n-dev",
             str(a.n_dev), "--batch-size", str(a.batch_size), "--lr", str(a.lr), "--max-length", str(a.max_length),
             "--seed", str(a.seed), "--threads", str(a.threads), "--out", a.out] + (["--no-grouping"] if a.no_grouping else [])
-    procs = {w: subprocess.Popen(args + ["--side", w], stdout=subprocess.PIPE, text=True)
-             for w in ("bertfam", "transformers")}
+    procs = {w: worker.start(args + ["--side", w]) for w in ("bertfam", "transformers")}
     results = {}
     for w, pr in procs.items():
-        out, _ = pr.communicate()
-        line = [l for l in out.splitlines() if l.startswith("RESULT ")]
-        if pr.returncode != 0 or not line:
-            sys.exit(f"{w} side failed (exit {pr.returncode})")
-        results[w] = [json.loads(line[-1][7:])]
+        try:
+            results[w] = [worker.wait(pr, what=f"{w} side")]
+        except worker.WorkerError as e:
+            sys.exit(str(e))
         print(json.dumps({"who": w, **results[w][0]}), flush=True)
     summarize(a, minilm_dir(), results)
 

@@ -3,10 +3,9 @@
     python3 benchmarks/gpu_mlm.py --out OUT_DIR                      # on a CUDA machine, ~5 min on an H200
     python benchmarks/gpu_mlm.py --device cpu --tiny --out OUT_DIR   # smoke test of this script (CPU)
 
-Prepared for the sessions that are lent a GPU (issue 9: "bf16 autocast and the flash/efficient SDPA
-kernels; report absolute tokens/s and model FLOP utilisation for BERT-base MLM training"). It needs
-torch, transformers, safetensors, tokenizers and numpy, which the H200 image holds; run it from the
-repository root (bertfam is imported from there).
+It measures bf16 autocast with the flash / memory-efficient SDPA kernels: absolute tokens/s and model FLOP
+utilisation for BERT-base MLM training. It needs torch, transformers, safetensors, tokenizers and numpy;
+run it from the repository root (bertfam is imported from there).
 
 Engines, all with bf16 autocast on CUDA (fp32 on CPU), fused AdamW, dropout on:
 - `bertfam`: TaskModel (MLM head on the masked positions only), unpadded with the nested-jagged SDPA
@@ -39,7 +38,7 @@ sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from encoder_throughput import model_flops, random_batch, real_tokens  # noqa: E402  (script dir on the path)
+from bench.cases import model_flops, random_batch, real_tokens  # noqa: E402  (benchmarks/ is on the path)
 
 # case: (kind, batch, min length, max length)
 CASES = {"train 128": ("train", 256, 128, 128), "train 16-512": ("train", 64, 16, 512),
@@ -50,7 +49,7 @@ PEAK_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L40S": 362.1, "A10"
 
 
 def batches(kind: str, B: int, lo: int, hi: int, vocab: int, n: int, seed: int = 0) -> list[dict]:
-    """n random batches (encoder_throughput's), with 15 % of the real tokens masked for training."""
+    """n random batches (bench.cases.random_batch), with 15 % of the real tokens masked for training."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
@@ -66,7 +65,7 @@ def batches(kind: str, B: int, lo: int, hi: int, vocab: int, n: int, seed: int =
 
 
 def useful_flops(cfg, bs: list[dict], train: bool) -> float:
-    """Encoder on real tokens (encoder_throughput.model_flops) + the MLM head on masked tokens (x3 to train)."""
+    """Encoder on real tokens (bench.cases.model_flops) + the MLM head on masked tokens (x3 to train)."""
     H, V = cfg.hidden_size, cfg.vocab_size
     head = sum(2 * int(b["labels"].ne(-100).sum()) * (H * H + H * V) for b in bs) if train else 0.0
     return model_flops(cfg, bs, train) + head * (3 if train else 1)

@@ -1,5 +1,5 @@
 """Accuracy cost of int8 inference: fp32 vs int8 for bertfam and for its peers (transformers, onnxruntime,
-OpenVINO), the engines of benchmarks/encoder_throughput.py (benchmarks/engines.py).
+OpenVINO), the engines of benchmarks/encoder_throughput.py (benchmarks/bench/engines.py).
 
     nice -n 10 .venv/bin/python benchmarks/int8_accuracy.py \\
         --sst2-model runs/glue/bertfam/sst2 --sst2-dev runs/glue/data/SST-2/dev.tsv \\
@@ -35,6 +35,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench import cases, jobs  # noqa: E402  (benchmarks/ is on the path when run as a script)
+from bench import engines as E  # noqa: E402
 
 DEFAULT_SST2_MODEL = os.path.join(ROOT, "runs", "glue", "bertfam", "sst2")
 DEFAULT_SST2_DEV = os.path.join(ROOT, "runs", "glue", "data", "SST-2", "dev.tsv")
@@ -48,8 +50,6 @@ def rel(path: str) -> str:
 
 
 def failure(ex: Exception) -> str:
-    import engines as E
-
     return str(ex) if isinstance(ex, E.Unavailable) else f"failed: {type(ex).__name__}: {str(ex)[:300]}"
 
 
@@ -81,8 +81,6 @@ def mrc_examples(path: str, limit: int | None):
 # ----------------------------------------------------------------------------- (a) hidden states
 def prepare_real(d: str, model_dir: str, example_batch: dict) -> dict:
     """d/hf (export_hf of the bertfam model, or the HF directory itself) and d/model.onnx."""
-    import engines as E
-
     import bertfam
     from bertfam.convert.hf import export_hf
 
@@ -103,8 +101,6 @@ def hidden_section(name: str, d: str, batches: list[dict], calib: list[dict], en
     """Every engine's last_hidden_state on `batches`; each int8 engine against its fp32 engine and against
     transformers fp32, each fp32 engine against transformers fp32 (the same weights: ~1e-6)."""
     import torch
-
-    import engines as E
 
     outs, res = {}, {"engines": {}}
     for e in engine_names:
@@ -149,20 +145,18 @@ def random_sets(args) -> list[tuple]:
     """(name, d, batches, calibration batches) of the benchmark's random-weight models."""
     import numpy as np
 
-    import encoder_throughput as et
-
     import bertfam
 
     sets = []
     for mname in [m for m in args.models.split(",") if m]:
-        et.worker_prepare(argparse.Namespace(threads=args.threads, workdir=args.workdir, model=mname))
+        jobs.worker_prepare(argparse.Namespace(threads=args.threads, workdir=args.workdir, model=mname))
         d = os.path.join(args.workdir, mname)
         vocab = bertfam.ModelConfig.load(os.path.join(d, "bertfam", "config.json")).vocab_size
-        batches = et.make_batches("infer 16-128", vocab, seed=3) + et.make_batches("infer 16-512", vocab, seed=4)
+        batches = cases.make_batches("infer 16-128", vocab, seed=3) + cases.make_batches("infer 16-512", vocab, seed=4)
         if args.limit:  # sequences, not batches
             batches = [{k: v[:max(2, args.limit)] for k, v in b.items()} for b in batches]
         rng = np.random.default_rng(2)  # the benchmark's calibration batches (the same files when reused)
-        calib = [et.random_batch(rng, 4, 16, 128, vocab) for _ in range(et.E.CALIB_ITEMS)]
+        calib = [cases.random_batch(rng, 4, 16, 128, vocab) for _ in range(E.CALIB_ITEMS)]
         sets.append((f"{mname} (random weights)", d, batches, calib))
     return sets
 
@@ -189,8 +183,6 @@ def load_hf_classifier(model_dir: str, work: str):
 def sst2_section(args) -> dict:
     import torch
     from torch import nn
-
-    import engines as E
 
     import bertfam
     from bertfam.modeling.optimize import optimize_for_inference
@@ -275,8 +267,6 @@ def mrc_scores(exs, raws, pred) -> dict:
 def mrc_section(args) -> dict:
     import numpy as np
 
-    import engines as E
-
     import bertfam
     from bertfam.tasks.mrc import MRCPredictor, decode
 
@@ -354,14 +344,12 @@ def real_sets(args, res: dict) -> list[tuple]:
 
 # ----------------------------------------------------------------------------- output
 def markdown(res: dict) -> str:
-    import engines as E
-
     env = res["environment"]
     lines = ["## Accuracy cost of int8 inference", "",
              f"Produced by `benchmarks/int8_accuracy.py` ({res['minutes']:.0f} min; torch {env['torch']}, "
              f"transformers {env['transformers']}, onnxruntime {env['onnxruntime']}, OpenVINO {env['openvino']}, "
              f"nncf {env['nncf']}; {env['threads']} threads)" + (f", --limit {res['limit']}" if res["limit"] else "")
-             + ". The engines are those of [benchmarks.md](benchmarks.md) (`benchmarks/engines.py`).", ""]
+             + ". The engines are those of [benchmarks.md](benchmarks.md) (`benchmarks/bench/engines.py`).", ""]
     if res.get("hidden"):
         lines += ["### Hidden states", "",
                   "|Δ| = |last_hidden_state(int8) − last_hidden_state(fp32 of the same engine)| over real tokens "
@@ -465,8 +453,6 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    import engines as E
-
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="bertfam-int8acc-")
     sections = args.sections.split(",")
     started = time.time()

@@ -19,22 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from proc_memory import status_mb  # noqa: E402  (benchmarks/ is on the path when run as a script)
+from bench import worker as W  # noqa: E402  (benchmarks/ is on the path when run as a script)
+from bench.probes import peak_mb, rss_mb  # noqa: E402
 DATA = os.path.join(ROOT, "..", "shared", "data")
 DEFAULT_CORPUS = os.path.join(DATA, "corpus", "zh", "clue_corpus_small_sample")
 DEFAULT_VOCAB = os.path.join(DATA, "vocab", "bert-base-chinese-vocab.txt")
-
-
-def rss_mb() -> float:
-    return status_mb("VmRSS")
 
 
 def instances(a, tok):
@@ -111,7 +106,7 @@ def worker(a) -> dict:
         if step >= a.warmup:
             tokens += int(batch["attention_mask"].sum())
     dt = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_mb()
     return {"side": a.side, "tokens_per_s": tokens / dt, "step_s": dt / a.steps, "peak_rss_mb": peak,
             "train_rss_growth_mb": peak - base, "loss": float(out.loss)}
 
@@ -131,7 +126,7 @@ def main() -> None:
     p.add_argument("--side", choices=["bertfam", "transformers"], default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.side:  # worker mode
-        print(json.dumps(worker(a)))
+        W.emit(worker(a))
         return
     order = []
     for r in range(a.rounds):
@@ -139,10 +134,10 @@ def main() -> None:
     results: dict[str, list] = {"bertfam": [], "transformers": []}
     for side in order:
         cmd = [sys.executable, os.path.abspath(__file__), "--side", side] + sys.argv[1:]
-        r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(a.threads)))
-        if r.returncode != 0:
-            raise SystemExit(f"{side} worker failed:\n{r.stderr[-3000:]}")
-        results[side].append(json.loads(r.stdout.strip().splitlines()[-1]))
+        try:
+            results[side].append(W.run(cmd, dict(os.environ, OMP_NUM_THREADS=str(a.threads)), what=f"{side} worker"))
+        except W.WorkerError as e:
+            raise SystemExit(str(e)) from None
         print(f"  {side}: {results[side][-1]['tokens_per_s']:.0f} tokens/s", file=sys.stderr)
     med = {s: {k: statistics.median(x[k] for x in v) for k in ("tokens_per_s", "step_s", "peak_rss_mb",
                                                                  "train_rss_growth_mb")} for s, v in results.items()}

@@ -13,29 +13,28 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
-
-import encoder_throughput as bench  # noqa: E402
+from bench import cases, jobs, report, worker  # noqa: E402  (benchmarks/ is on the path when run as a script)
+from bench.engines import load_hidden  # noqa: E402
 
 KERNELS = ("loop", "njt", "pad", "block")
 
 
-def worker(args) -> dict:
+def time_kernels(args) -> dict:
+    """The worker: every engine on the case's batches, interleaved; seconds per pass."""
     import torch
 
     import bertfam
 
-    bench.set_threads(args.threads)
+    worker.set_threads(args.threads)
     d = os.path.join(args.workdir, args.model)
     cfg = bertfam.ModelConfig.load(os.path.join(d, "bertfam", "config.json"))
-    batches = bench.make_batches(args.case, cfg.vocab_size, scale=args.scale)
+    batches = cases.make_batches(args.case, cfg.vocab_size, scale=args.scale)
     model = bertfam.optimize_for_inference(bertfam.from_pretrained(os.path.join(d, "hf"), task=None).backbone.eval())
     keys = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -47,7 +46,7 @@ def worker(args) -> dict:
 
     fns = {f"bertfam unpadded, {k}": engine(k) for k in KERNELS}
     fns["bertfam padded"] = engine("padded")
-    fns["transformers"] = bench.load_engine("transformers", "infer", d)
+    fns["transformers"] = load_hidden("transformers", d)
     names = list(fns)
     times = {n: [] for n in names}
     for n in names:
@@ -60,7 +59,7 @@ def worker(args) -> dict:
             for b in batches:
                 fns[n](b)
             times[n].append(time.perf_counter() - t0)
-    return {"times": times, "real_tokens": bench.real_tokens(batches)}
+    return {"times": times, "real_tokens": cases.real_tokens(batches)}
 
 
 def main() -> int:
@@ -76,12 +75,9 @@ def main() -> int:
     ap.add_argument("--model", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        import json
-
-        print("RESULT " + json.dumps(worker(args)), flush=True)
+        worker.emit(time_kernels(args))
         return 0
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="bertfam-bench-")
-    args.spin, args.quick = False, False
     load = os.getloadavg()[0]
     lines = ["# Attention kernels for the unpadded encoder (CPU)", "",
              f"`benchmarks/varlen_kernels.py`, one run, {args.threads} threads, case `{args.case}` of "
@@ -94,23 +90,15 @@ def main() -> int:
              "`varlen.default_kernel(device)`: \"loop\" on CPU, \"njt\" on CUDA; to use another kernel on a "
              "machine where this table says it is faster, set `packing` to its name.", ""]
     for m in args.models.split(","):
-        bench.run_worker(args, "prepare", model=m)
+        jobs.run_job("prepare", threads=args.threads, workdir=args.workdir, model=m)  # encoder_throughput's files
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", m, "--case", args.case,
                "--threads", str(args.threads), "--reps", str(args.reps), "--scale", str(args.scale),
                "--workdir", args.workdir]
-        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY="PASSIVE",
-                   BENCH_THREADS=str(args.threads), PYTHONWARNINGS="ignore")
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        res = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
-        if p.returncode or not res:
-            raise RuntimeError(p.stderr[-3000:])
-        import json
-
-        r = json.loads(res[-1][7:])
+        r = worker.run(cmd, worker.env(args.threads), what=f"{m} kernels")
         hf = statistics.median(r["real_tokens"] / t for t in r["times"]["transformers"])
         lines += [f"## {m}", "", "| engine | tokens/s | spread | ×transformers |", "|---|---:|---:|---:|"]
         for name, ts in r["times"].items():
-            s = bench.summarize(ts, r["real_tokens"])
+            s = report.summarize(ts, r["real_tokens"])
             lines.append(f"| {name} | {s['median']:.0f} | {s['min']:.0f}-{s['max']:.0f} | {s['median'] / hf:.2f} |")
         lines.append("")
         print("\n".join(lines), flush=True)

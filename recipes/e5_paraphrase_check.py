@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bertfam.modeling.pooling import mean_pool  # noqa: E402
 
 TRIPLES = [  # (anchor, paraphrase, related but different meaning)
     ("我想买一部新手机。", "我打算换一个新的手机。", "我的手机昨天被偷了。"),
@@ -44,8 +45,7 @@ def bertfam_embed(model, texts: list[str], prefix: str) -> np.ndarray:
     enc = model.tokenizer([prefix + t for t in texts])
     with torch.inference_mode():
         h = model(enc["input_ids"], enc["attention_mask"]).last_hidden_state  # (B, T, H)
-    m = enc["attention_mask"].unsqueeze(-1).float()
-    return torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=-1).numpy()
+    return torch.nn.functional.normalize(mean_pool(h, enc["attention_mask"]), dim=-1).numpy()
 
 
 def main() -> None:

@@ -28,7 +28,6 @@ import argparse
 import dataclasses
 import json
 import os
-import random
 import shlex
 import statistics
 import subprocess
@@ -40,6 +39,8 @@ START = time.monotonic()
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "recipes"))
 import doc_section  # noqa: E402  (recipes/doc_section.py)
+
+from bertfam.data.splits import dev_split  # noqa: E402
 
 OBJECTIVES = ("bert", "roberta", "ernie", "albert")
 TASKS = ("chnsenticorp", "tnews", "cluener", "mrc")
@@ -202,14 +203,14 @@ def prepare_data(a, run: Runner) -> dict:
 
 def split_lines(src: str, train: str, dev: str, n_dev: int, seed: int) -> None:
     """A seeded split of a JSON-lines file: n_dev lines (at most a fifth) to `dev`, the rest, in their
-    order, to `train`."""
+    order, to `train` (dev_split's draw="sample": the measured TNEWS runs were split with it)."""
     lines = [l for l in open(src, encoding="utf-8") if l.strip()]
     n_dev = min(n_dev, max(1, len(lines) // 5))
-    pick = set(random.Random(seed).sample(range(len(lines)), n_dev))
-    for path, keep in ((train, False), (dev, True)):
+    parts = dev_split(lines, seed=seed, n_dev=n_dev, draw="sample")
+    for path, part in zip((train, dev), parts):
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(l for i, l in enumerate(lines) if (i in pick) == keep)
+            f.writelines(part)
         os.replace(tmp, path)
 
 

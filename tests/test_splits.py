@@ -1,11 +1,15 @@
 """data/splits.py: dev_split, the one seeded train / dev splitter (finetune's carved dev, MRC's by-passage
 split, the multimodal evaluation split, the GLUE and family recipes)."""
+import json
+import os
 import random
 from collections import namedtuple
 
 import pytest
 
 from bertfam.data.splits import dev_split
+
+from .conftest import FIXTURES, ROOT
 
 
 def test_dev_split_is_seeded_lossless_and_in_order():
@@ -76,3 +80,63 @@ def test_dev_split_stratified_by_passage_is_the_mrc_split():
     assert split_examples(qs, 0.3, seed=7) == expected
     for part in got:
         assert {q.source for q in part} == {"a", "b"}  # every source in both parts
+
+
+# ---------------------------------------------------------------- the draws of the former copies
+def _former_split_eval(items, eval_fraction, seed):
+    """multimodal.runs.split_eval as it was before it used dev_split (its own numpy draw)."""
+    import numpy as np
+
+    order = np.random.default_rng(seed).permutation(len(items))
+    n_eval = int(round(len(items) * eval_fraction))
+    if eval_fraction > 0 and len(items) >= 4:
+        n_eval = max(2, n_eval)
+    return [items[i] for i in order[n_eval:]], [items[i] for i in order[:n_eval]]
+
+
+@pytest.mark.parametrize("n,fraction,seed", [(40, 0.1, 0), (40, 0.25, 7), (5, 0.1, 3), (3, 0.5, 1), (9, 0.0, 2)])
+def test_multimodal_eval_split_is_the_same_as_before(n, fraction, seed):
+    from bertfam.multimodal.runs import split_eval
+
+    items = [f"record {i}" for i in range(n)]
+    assert split_eval(items, fraction, seed) == _former_split_eval(items, fraction, seed)
+
+
+def test_family_recipe_tnews_split_is_the_same_as_before(tmp_path):
+    """recipes/family_compare.py split_lines: the lines of random.Random(seed).sample(range(n), n_dev) to dev,
+    both parts in file order, as before it used dev_split (duplicate lines included)."""
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "recipes"))
+    import family_compare as fc
+
+    lines = [json.dumps({"i": i % 37}) + "\n" for i in range(100)]  # repeated lines: split by position
+    src = tmp_path / "src.json"
+    src.write_text("".join(lines), encoding="utf-8")
+    fc.split_lines(str(src), str(tmp_path / "train.json"), str(tmp_path / "dev.json"), n_dev=15, seed=42)
+    pick = set(random.Random(42).sample(range(100), 15))
+    assert (tmp_path / "dev.json").read_text(encoding="utf-8") == "".join(l for i, l in enumerate(lines) if i in pick)
+    assert (tmp_path / "train.json").read_text(encoding="utf-8") == \
+        "".join(l for i, l in enumerate(lines) if i not in pick)
+
+
+# questions of tests/fixtures/mrc, split by passage and source with split_examples(0.25, seed=0) before
+# dev_split learned its other draws: the ids must stay these (mrc train --dev-fraction, recipes/mrc_cropped_data.py)
+MRC_DEV_IDS = ["eae7af70dc9645c8ceeb3eac6e241160", "18a3b2d75e9bd76ca023b87b65093552",
+               "b02dbc89b20aa01e05e10b761c6820f7", "9c664d4fa30fa54c7e1bb2b184e6c5ad"]
+
+
+def test_mrc_passage_split_gives_the_recorded_ids():
+    from bertfam.data.mrc import read_mrc, split_examples
+
+    exs = []
+    for name in ("robust_demo_dev_cut.json", "checklist_demo_cut.json", "cmrc2018_trial_cut.json"):
+        exs += read_mrc(os.path.join(FIXTURES, "mrc", name), source=name.split("_")[0])[0]
+    train, dev = split_examples(exs, 0.25, seed=0)
+    assert [e.qid for e in dev] == MRC_DEV_IDS
+    assert len(train) == 16 and not {e.qid for e in train} & set(MRC_DEV_IDS)
+
+
+def test_dev_split_names_a_wrong_draw():
+    with pytest.raises(ValueError, match="draw must be one of shuffle, permutation, sample"):
+        dev_split(list(range(5)), 0.2, draw="numpy")

@@ -155,3 +155,16 @@ def test_tokenizer_from_a_vocab_file_or_a_directory(tmp_path):
     assert from_dir.encode("今天天气很好") == from_file.encode("今天天气很好")
     with pytest.raises(ConfigError, match="vocabulary file or tokenizer directory not found"):
         tokenizer_from(str(tmp_path / "missing.txt"))
+
+
+def test_tokenizer_from_falls_back_to_the_first_checkpoint_with_a_tokenizer(tmp_path):
+    """Without --vocab a run reads with the tokenizer of the first directory it starts from that holds one
+    (pretrain: the data cache, then --init; the multimodal runs: --init), as the runs' own helpers did."""
+    Tokenizer.from_vocab(ZH_VOCAB).save_pretrained(str(tmp_path / "init"))
+    (tmp_path / "cache").mkdir()  # no tokenizer files
+    tok = tokenizer_from(None, str(tmp_path / "cache"), None, str(tmp_path / "init"))
+    assert tok.encode("今天天气很好") == Tokenizer.from_vocab(ZH_VOCAB).encode("今天天气很好")
+    assert tokenizer_from(ZH_VOCAB, str(tmp_path / "cache")).get_vocab() == tok.get_vocab()  # --vocab first
+    for empty in (None, ""):
+        with pytest.raises(ConfigError, match="give --vocab .* or an --init checkpoint with a tokenizer"):
+            tokenizer_from(empty, str(tmp_path / "cache"), None, str(tmp_path / "missing"))

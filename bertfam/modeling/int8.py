@@ -12,14 +12,14 @@ hold little of the size or the time, and the classifiers sit right at the output
 
 Why this kernel (measurements: docs/int8_kernels.md, one section per CPU kind). `Int8Linear` runs
 `torch.ops.quantized.linear_dynamic` on weights packed by `torch.ops.quantized.linear_prepack` under the
-oneDNN engine (`ENGINES`: x86 / fbgemm where a build has no onednn): on AVX2 it beat float32 sgemm by
-~1.9x where `torch._int_mm` and bfloat16 had no fast kernel. The packed weights are a cache (not in the
-state dict, rebuilt lazily after load_state_dict or a device / dtype change); the state dict holds
-`weight_int8` (int8, (out, in)), `weight_scale` (float32, (out,)) and `bias` (float32), so it round-trips
-through safetensors. Activations use the full 8-bit range (`REDUCE_RANGE` False: resolution costs real
-models more than the int16 saturation of non-VNNI kernels does). The MLM decoder (tied to the word
-embeddings) multiplies with the same int8 rows and scales (`Int8Embedding.linear`: packed once, nothing
-stored twice), so no dequantized copy of the embedding matrix is held.
+oneDNN engine (`ENGINES`: x86 / fbgemm where a build has no onednn): the fastest int8 kernel measured, and
+faster than float32 sgemm on a CPU without VNNI, where `torch._int_mm` and bfloat16 had no fast kernel. The
+packed weights are a cache (not in the state dict, rebuilt lazily after load_state_dict or a device / dtype
+change); the state dict holds `weight_int8` (int8, (out, in)), `weight_scale` (float32, (out,)) and `bias`
+(float32), so it round-trips through safetensors. Activations use the full 8-bit range (`REDUCE_RANGE` False:
+resolution costs real models more than the int16 saturation of non-VNNI kernels does). The MLM decoder (tied
+to the word embeddings) multiplies with the same int8 rows and scales (`Int8Embedding.linear`: packed once,
+nothing stored twice), so no dequantized copy of the embedding matrix is held.
 
 Inference only. Int8 modules have no gradient: a forward in train mode, or with an input that requires a
 gradient, raises one ConfigError saying so; the swap turns off requires_grad of the model's remaining float

@@ -12,7 +12,7 @@ Attention kernels for the packed layout (`ATTENTION_KERNELS`); the model's one p
            on CPU PyTorch unbinds it into the same per-sequence loop, with extra overhead);
 - "pad":   re-pad q/k/v to (B, heads, T_max, d) for attention only, one masked SDPA call;
 - "block": one SDPA call over all N tokens with a block-diagonal (N, N) mask (O(N^2) work).
-benchmarks/encoder_throughput.py --attention measures them; docs/benchmarks.md has the numbers.
+benchmarks/varlen_kernels.py measures them; docs/varlen_kernels.md has the numbers.
 """
 from __future__ import annotations
 

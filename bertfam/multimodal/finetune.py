@@ -6,11 +6,12 @@ from typing import Optional
 
 from ..config import HeadConfig
 from ..errors import ConfigError
+from ..tokenization import tokenizer_from
 from ..training import TrainConfig, Trainer
 from .config import AudioConfig
 from .data import ClassifyCollator, QACollator, check_qa_record, qa_windows, text_examples
 from .evaluate import evaluate_classify, evaluate_qa
-from .runs import (adapter_config, finish, load_run_tokenizer, new_or_init, read_records, run_train_config,
+from .runs import (adapter_config, finish, new_or_init, read_records, run_train_config,
                    split_eval, write_report)
 
 
@@ -25,7 +26,7 @@ def finetune_multimodal(modality: str, task: str, features_dir: str, out_dir: st
     if modality == "video":
         raise ConfigError("fine-tuning paths exist for image and speech (video models are token models: use "
                           "`bertfam finetune` on their text, or pre-train with visual words)")
-    tok = load_run_tokenizer(vocab, init)
+    tok = tokenizer_from(vocab, init)  # --vocab, else the --init checkpoint's
     if task == "qa":
         records, report, audio = read_records(modality, features_dir, manifest, (), audio, check=check_qa_record)
         write_report(out_dir, report)

@@ -12,12 +12,13 @@ import numpy as np
 
 from ..config import HeadConfig
 from ..errors import ConfigError
+from ..tokenization import tokenizer_from
 from ..training import TrainConfig, Trainer
 from .config import AudioConfig, MultimodalConfig
 from .data import FeatureTextCollator, text_examples, token_masker, video_instance
 from .evaluate import derangement, evaluate_pretrain, evaluate_video
 from .features import load_records
-from .runs import (adapter_config, finish, load_run_tokenizer, new_or_init, read_records, run_train_config,
+from .runs import (adapter_config, finish, new_or_init, read_records, run_train_config,
                    split_eval, write_report)
 
 
@@ -31,7 +32,7 @@ def pretrain_multimodal(modality: str, features_dir: str, out_dir: str, *, vocab
     visual words (needs `codebook`). Returns the trainer summary with the final evaluation. `train`: the
     trainer's settings (default `runs.default_train()`; out_dir is `out_dir`); `seed` draws the split and a
     new model's weights."""
-    tok = load_run_tokenizer(vocab, init)
+    tok = tokenizer_from(vocab, init)  # --vocab, else the --init checkpoint's
     if modality == "video":
         return _pretrain_video(features_dir, out_dir, tok, config, init, codebook, manifest, max_length, eval_fraction,
                                seed, mask_rate, train, resume)

@@ -10,10 +10,9 @@ import json
 import os
 from typing import Optional
 
-import numpy as np
-
 from ..checkpoint import load_config, resolve_config
 from ..config import HeadConfig
+from ..data.splits import dev_split
 from ..errors import ConfigError, DataError
 from ..training import TrainConfig
 from ..utils import atomic_write_text
@@ -36,19 +35,6 @@ def run_train_config(out_dir: str, train: Optional[TrainConfig]) -> TrainConfig:
     return dataclasses.replace(train if train is not None else default_train(), out_dir=out_dir)
 
 
-def load_run_tokenizer(vocab: Optional[str], init: Optional[str]):
-    """The tokenizer of a run: --vocab (vocab.txt or a tokenizer directory), else the --init checkpoint's."""
-    from ..tokenization import Tokenizer, tokenizer_from
-
-    if vocab:
-        return tokenizer_from(vocab)
-    has_tok = init and os.path.isdir(init) and any(os.path.isfile(os.path.join(init, f))
-                                                   for f in ("tokenizer.json", "vocab.txt"))
-    if has_tok:
-        return Tokenizer.from_pretrained(init)
-    raise ConfigError("give --vocab (vocab.txt or tokenizer directory) or an --init checkpoint with a tokenizer")
-
-
 def read_records(modality: str, features_dir: str, manifest: Optional[str], require: tuple,
                  audio: Optional[AudioConfig], feature_dim: Optional[int] = None, check=None):
     """(records, load report, audio settings) of a feature directory; the report's summary is printed."""
@@ -68,16 +54,15 @@ def write_report(out_dir: str, report: LoadReport, extra: Optional[dict] = None)
 
 
 def split_eval(items: list, eval_fraction: float, seed: int) -> tuple[list, list]:
-    """(train, eval) drawn with `seed`; at least two evaluation items where there are four or more. Its own
-    numpy draw, not data.splits.dev_split's: the measured multimodal runs were split this way."""
+    """(train, eval) drawn with `seed`, both in the drawn order; at least two evaluation items where there
+    are four or more. numpy's permutation (`dev_split`'s draw="permutation"): the measured multimodal runs
+    were split with it."""
     if not 0 <= eval_fraction < 1:
         raise ConfigError(f"eval fraction must be in [0, 1), got {eval_fraction}")
-    order = np.random.default_rng(seed).permutation(len(items))
     n_eval = int(round(len(items) * eval_fraction))
     if eval_fraction > 0 and len(items) >= 4:
         n_eval = max(2, n_eval)
-    ev = [items[i] for i in order[:n_eval]]
-    tr = [items[i] for i in order[n_eval:]]
+    tr, ev = dev_split(items, seed=seed, n_dev=n_eval, shuffled=True, draw="permutation")
     if not tr:
         raise DataError(f"{len(items)} usable records leave nothing to train on after the evaluation split")
     return tr, ev

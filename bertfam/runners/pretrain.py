@@ -91,17 +91,6 @@ class PretrainConfig(RunOptions):
 
 
 # ---------------------------------------------------------------- model + tokenizer
-def load_tokenizer(pc: PretrainConfig):
-    src = pc.vocab
-    if src is None and pc.data:
-        src = pc.data  # the cache carries its tokenizer
-    if src is None and pc.init:
-        src = pc.init
-    if src is None:
-        raise ConfigError("give --vocab (vocab.txt or tokenizer directory) or --init DIR with a tokenizer")
-    return tokenizer_from(src)
-
-
 def build_pretraining_model(pc: PretrainConfig, tokenizer):
     """A fresh model from a preset / JSON, or the --init checkpoint with a pre-training head."""
     _, pair = pc.resolved()
@@ -200,7 +189,7 @@ def run_pretraining(pc: PretrainConfig, callbacks: Sequence[TrainerCallback] = (
     if is_main_process():  # first: a --resume of a directory that is not there is "not found", not "give --vocab"
         prepare_run_dir(pc.out, resume=pc.resume, overwrite=pc.overwrite_output_dir, source=pc.init)
     masking, pair = pc.resolved()
-    tokenizer = load_tokenizer(pc)
+    tokenizer = tokenizer_from(pc.vocab, pc.data, pc.init)  # --vocab, else the data cache's, else --init's
     model = build_pretraining_model(pc, tokenizer)
     masker = make_masker(pc.masking_config(), tokenizer, model.config.vocab_size)
     train, held, lengths = load_data(pc, tokenizer, masker)
@@ -228,7 +217,7 @@ def run_pretrain_data(pc: PretrainConfig, dupe_factor: int = 5) -> dict:
 
     if not pc.corpus:
         raise ConfigError("give --corpus FILES")
-    tok = load_tokenizer(pc)
+    tok = tokenizer_from(pc.vocab, pc.data, pc.init)
     dc = pc.data_config()
     stats = CorpusStats()
     counted = {"train": 0}

@@ -262,10 +262,17 @@ class Tokenizer:
         return out
 
 
-def tokenizer_from(path: str) -> Tokenizer:
-    """The tokenizer a `--vocab` names: a tokenizer or model directory (`Tokenizer.from_pretrained`), or a
-    vocabulary file (vocab.txt, BERT WordPiece, lowercased: `Tokenizer.from_vocab`). ConfigError when
-    `path` is neither."""
+def tokenizer_from(path: Optional[str], *checkpoints: Optional[str]) -> Tokenizer:
+    """The tokenizer a run reads with. `path` (a `--vocab`): a tokenizer or model directory
+    (`Tokenizer.from_pretrained`), or a vocabulary file (vocab.txt, BERT WordPiece, lowercased:
+    `Tokenizer.from_vocab`). Without it (None or ""), the tokenizer of the first of `checkpoints` (the
+    directories a run starts from, in the caller's order: a pre-training data cache, an --init model) that
+    holds one. ConfigError when `path` is neither a directory nor a file, or when nothing gives a tokenizer."""
+    if not path:
+        for d in checkpoints:
+            if d and any(os.path.isfile(os.path.join(d, f)) for f in ("tokenizer.json", "vocab.txt")):
+                return Tokenizer.from_pretrained(d)
+        raise ConfigError("give --vocab (vocab.txt or tokenizer directory) or an --init checkpoint with a tokenizer")
     if os.path.isdir(path):
         return Tokenizer.from_pretrained(path)
     if not os.path.isfile(path):

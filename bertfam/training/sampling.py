@@ -10,24 +10,26 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..data.batching import length_batches
+
 
 def length_grouped_batches(lengths: Sequence[int], batch_size: int, generator: Optional[torch.Generator] = None,
                            mega: int = 50, shuffle: bool = True) -> list[list[int]]:
     """Batches of similar length (little padding), in random order.
 
-    Indices are shuffled, cut into mega-batches of `mega * batch_size`, each sorted by length
-    (longest first) and chunked; then the batch order is shuffled. Without shuffle: one global sort.
+    Indices are shuffled, cut into mega-batches of `mega * batch_size`, each cut into length-sorted batches
+    (`data.batching.length_batches`, longest first); then the batch order is shuffled. Without shuffle: the
+    length-sorted batches of all indices.
     """
     n = len(lengths)
     if not shuffle:
-        order = sorted(range(n), key=lambda i: -lengths[i])
-        return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+        return length_batches(lengths, batch_size)
     perm = torch.randperm(n, generator=generator).tolist()
     batches = []
     step = mega * batch_size
     for s in range(0, n, step):
-        chunk = sorted(perm[s:s + step], key=lambda i: -lengths[i])
-        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+        chunk = perm[s:s + step]
+        batches += [[chunk[j] for j in b] for b in length_batches([lengths[i] for i in chunk], batch_size)]
     order = torch.randperm(len(batches), generator=generator).tolist()
     return [batches[i] for i in order]
 

@@ -1,5 +1,5 @@
-"""Inference engines of the CPU benchmarks, fp32 and int8, on one model directory (shared by
-encoder_throughput.py and int8_accuracy.py).
+"""Inference engines of the CPU benchmarks, fp32 and int8, on one model directory (encoder_throughput.py,
+int8_accuracy.py, varlen_kernels.py).
 
 A model directory `d` holds `hf/` (a Hugging Face directory, bertfam.convert.hf.export_hf of the bertfam
 model) and `model.onnx` (torch.onnx.export(dynamo=True) of the transformers model loaded from `hf/`); the
@@ -11,13 +11,15 @@ engines that need more files build them from those (`build(engine, d, calib)`), 
     ov/int8.xml            nncf.quantize(ov/fp32, calibration batches): int8 weights and activations
 
 `load_hidden(engine, d)` gives a callable batch -> last_hidden_state (float32 torch tensor, (B, T, H)).
-An engine that cannot run here (a library missing, bertfam's int8 path not there yet) raises
-`Unavailable` with the reason, which the benchmarks report instead of a number.
+An engine that cannot run here (a library missing, a file that could not be built) raises `Unavailable`
+with the reason, which the benchmarks report instead of a number.
 """
 from __future__ import annotations
 
 import os
 import time
+
+from .worker import spin, threads
 
 FP32 = ("transformers", "onnxruntime", "openvino", "bertfam")
 INT8 = ("transformers-int8", "onnxruntime-int8", "openvino-int8w", "openvino-int8", "bertfam-int8")
@@ -44,6 +46,7 @@ LABELS = {
     "bertfam-int8": "bertfam, optimize_for_inference(int8=True): the encoder's nn.Linear layers int8 "
                     "dynamic-quantized (bertfam/modeling/int8.py)",
 }
+TRAIN = ("transformers", "bertfam")  # the MLM training case: transformers' BertForMaskedLM vs bertfam
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 CALIB_ITEMS = 8  # calibration batches for nncf.quantize
 
@@ -54,16 +57,6 @@ class Unavailable(RuntimeError):
 
 def is_int8(engine: str) -> bool:
     return engine in INT8
-
-
-def threads() -> int:
-    import torch
-
-    return int(os.environ.get("BENCH_THREADS") or torch.get_num_threads())
-
-
-def spin() -> bool:
-    return os.environ.get("BENCH_SPIN", "0") != "0"
 
 
 # ----------------------------------------------------------------------------- availability
@@ -248,6 +241,32 @@ def load_hidden(engine: str, d: str):
     raise ValueError(f"unknown engine {engine!r}")
 
 
+def load_train_step(engine: str, d: str):
+    """A callable batch -> None running one MLM optimizer step (AdamW, dropout on) of a training engine
+    (TRAIN) on d/hf; the batch holds labels and masked_positions (cases.mlm_batches)."""
+    import torch
+
+    if engine == "transformers":
+        import transformers as T
+
+        model = T.BertForMaskedLM.from_pretrained(os.path.join(d, "hf"), attn_implementation="sdpa")
+        keys = ("input_ids", "attention_mask", "token_type_ids", "labels")
+    else:
+        import bertfam
+
+        model = bertfam.from_pretrained(os.path.join(d, "hf"), task="mlm")
+        keys = ("input_ids", "attention_mask", "token_type_ids", "labels", "masked_positions")
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def step(b):
+        loss = model(**{k: b[k] for k in keys}).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
 def quantize_bertfam(model):
     """optimize_for_inference(model, int8=True), checked: it must have replaced nn.Linear layers."""
     from bertfam.modeling.optimize import optimize_for_inference
@@ -259,30 +278,7 @@ def quantize_bertfam(model):
     return model
 
 
-# ----------------------------------------------------------------------------- ceilings
-def int8_gops(m: int = 2048, k: int = 1024, n: int = 1024, reps: int = 5, best: bool = True) -> float:
-    """int8 GOP/s of torch's dynamic-quantized linear (torch.ops.quantized.linear_dynamic: quantizes the
-    fp32 input per call, int8 x int8 -> int32 GEMM, dequantizes), the kernel of quantize_dynamic's
-    nn.Linear replacement; 2*m*k*n operations a call. Best of `reps` (or median with best=False)."""
-    import statistics
-
-    import torch
-
-    w = torch.randn(n, k)
-    qw = torch.quantize_per_tensor(w, float(w.abs().max()) / 127, 0, torch.qint8)
-    packed = torch.ops.quantized.linear_prepack(qw, None)
-    x = torch.randn(m, k)
-    for _ in range(2):
-        torch.ops.quantized.linear_dynamic(x, packed, True)
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        torch.ops.quantized.linear_dynamic(x, packed, True)
-        ts.append(time.perf_counter() - t0)
-    t = min(ts) if best else statistics.median(ts)
-    return 2 * m * k * n / t / 1e9
-
-
+# ----------------------------------------------------------------------------- comparison
 def diff_stats(out, ref, mask) -> dict:
     """max / mean |out - ref| over real tokens, and mean |ref| for scale."""
     m = mask.bool()

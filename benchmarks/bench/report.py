@@ -1,0 +1,214 @@
+"""The encoder benchmark's report: a progress line per case, the markdown table (docs/benchmarks.md), the
+results JSON and the chart (docs/benchmarks.png), all from the results dictionary that
+encoder_throughput.py builds (`--render JSON` re-writes them from a saved one)."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+
+from . import engines as E
+from .cases import CASES, batch_size
+
+
+def summarize(times: list[float], work: float) -> dict:
+    rates = sorted(work / t for t in times)
+    return {"median": statistics.median(rates), "min": rates[0], "max": rates[-1]}
+
+
+def best_peer(row: dict, e: str):
+    """(ratio, peer): bertfam's (or bertfam-int8's) rate over the fastest other engine of its precision."""
+    group = E.INT8 if E.is_int8(e) else E.FP32
+    peers = [(s["median"], p) for p, s in row["engines"].items() if p in group and not p.startswith("bertfam")]
+    if not e.startswith("bertfam") or not peers:
+        return None
+    rate, peer = max(peers)
+    return row["engines"][e]["median"] / rate, peer
+
+
+def format_row(mname: str, case: str, row: dict) -> str:
+    e = row["engines"]
+    hf = e.get("transformers", {}).get("median")
+    parts = [f"{mname:9s} {case:17s}"]
+    for name, s in e.items():
+        ratio = f" ({s['median'] / hf:.2f}x)" if hf and name != "transformers" else ""
+        bp = best_peer(row, name)
+        peer = f" [{bp[0]:.2f}x {bp[1]}]" if bp else ""
+        mem = f" {s['peak_mb']:.0f} MB" if "peak_mb" in s else ""
+        parts.append(f"{name} {s['median']:.0f} [{s['min']:.0f}-{s['max']:.0f}]{ratio}{peer}{mem}")
+    for name, why in row.get("unavailable", {}).items():
+        parts.append(f"{name} unavailable")
+    return " | ".join(parts)
+
+
+def pct(x) -> str:
+    return f"{100 * x:.0f} %" if x is not None else "-"
+
+
+def markdown(results: dict) -> str:
+    env, c = results["environment"], results["ceiling"]
+    la = results["load_average"]
+    has_int8 = "int8_ceiling" in c
+    lines = [
+        "# Benchmarks: bertfam vs Hugging Face transformers, onnxruntime and OpenVINO, fp32 and int8 (CPU)", "",
+        "Produced by `benchmarks/encoder_throughput.py` (`make bench`) in one run "
+        f"({results['minutes']:.0f} min); {env['cpu']}, {env['cores']} cores"
+        + (f" ({' '.join(env['simd'])})" if env.get("simd") else "")
+        + f", {env['threads']} threads for every engine, idle threads {env['idle_threads']}; torch {env['torch']}, "
+        f"transformers {env['transformers']}, onnxruntime {env['onnxruntime']}"
+        + (f", OpenVINO {env['openvino']}, nncf {env['nncf']}" if "openvino" in env else "") + ". "
+        f"Load average {la['start'][0]:.1f} at start, {la['end'][0]:.1f} at end: "
+        + ("**the machine was shared with other jobs, so absolute numbers are low and noisy; the ratios "
+           "(engines interleaved within each case) are what this run shows.**"
+           if max(la["start"][0], la["end"][0]) > 1.5 else "the machine was quiet."), "",
+        *(["**Partial results: the run was still going or was interrupted.**", ""] if not results.get("complete")
+          else []),
+        f"fp32 matmul ceiling measured in this run (torch): **{c['ceiling']:.1f} GFLOP/s** ("
+        + ", ".join(f"{k}: {v:.1f}" for k, v in c["gflops"].items()) + ")"
+        + (f"; int8 GEMM ceiling (torch's dynamic-quantized linear, `torch.ops.quantized.linear_dynamic`, "
+           f"{env.get('torch_quantized_engine', 'x86')} backend, activation quantization included): "
+           f"**{c['int8_ceiling']:.1f} GOP/s** ("
+           + ", ".join(f"{k}: {v:.1f}" for k, v in c["int8_gops"].items()) + ")" if has_int8 else "") + ".", "",
+        *(["**% ceiling above 100 %: this run divided by the ceiling measured once at its start, under more load "
+           "than the later cases saw; read those columns as relative only.** (Newer runs measure the ceiling "
+           "between the repetitions of every case.)", ""]
+          if any(s["fraction_of_ceiling"] > 1 and "ceiling" not in row for m in results["models"].values()
+                 for row in m["cases"].values() for s in row["engines"].values()) else []),
+        "Throughput = real (non-padding) tokens per second, median of "
+        f"{results['args']['reps']} repetitions after a warm-up (a repetition passes over the case's batches "
+        f"until {results['args'].get('min_rep_s', 0):g} s have gone by), [min-max] beside it; ×HF = ratio to "
+        "transformers fp32; ×best peer (bertfam rows) = ratio to the fastest other engine of the same precision "
+        "(named); % fp32 / % int8 = useful model FLOP/s (real tokens only) over the fp32 matmul ceiling "
+        "(GFLOP/s of a 1024x768x3072 matmul) and over the int8 GEMM ceiling (GOP/s of torch's dynamic int8 "
+        "linear on 2048x1024x1024), each the best rate measured between the case's repetitions and shown after "
+        "the case name; **bold** = the ceiling of the engine's own precision. An int8 engine still runs "
+        "attention, softmax, LayerNorm and GELU in fp32, and onnxruntime / OpenVINO use their own int8 kernels, "
+        "so % int8 is a yardstick, not a bound. bound = padded tokens / real tokens of the case's batches: the "
+        "speed-up that skipping padding alone can give when every token costs the same (attention, quadratic in "
+        "length, adds a little on top); peak RSS = ru_maxrss of a separate process running that engine alone "
+        "on the case, loading included (growth over the RSS after imports in brackets); peak running = the peak "
+        "RSS (VmHWM) while running the case, reset after loading.",
+        "",
+    ]
+    labels = results.get("engine_labels")
+    if labels:
+        lines += ["Engines (same weights everywhere; `benchmarks/bench/engines.py`):", ""]
+        lines += [f"- `{e}`: {what}" for e, what in labels.items()]
+        lines += [""]
+    for mname, m in results["models"].items():
+        p = m["prepare"]
+        lines += [f"## {mname} ({p['params_m']:.1f}M parameters, 21128 vocab)", "",
+                  f"Same weights: max |difference| of last_hidden_state from transformers on real tokens: "
+                  f"bertfam {p['diff_bertfam_vs_hf']:.1e}, onnxruntime {p['diff_onnx_vs_hf']:.1e}"
+                  + "".join(f", {e} {q['max_abs_diff_vs_hf']:.1e} (mean {q['mean_abs_diff_vs_hf']:.1e})"
+                            for e, q in m.get("engines", {}).items() if q.get("available"))
+                  + " (int8: the quantization error on random weights; real weights: "
+                    "[int8_accuracy.md](int8_accuracy.md)).", ""]
+        missing = {e: q["reason"] for e, q in m.get("engines", {}).items() if not q.get("available")}
+        for row in m["cases"].values():
+            missing.update({e: r for e, r in row.get("unavailable", {}).items() if e not in missing})
+        if missing:
+            lines += ["Not measured here:", ""] + [f"- `{e}`: {why}" for e, why in missing.items()] + [""]
+        lines += ["| case | engine | tokens/s | spread | ×HF | ×best peer | % fp32 | % int8 | "
+                  "peak RSS MB (growth) | peak running MB |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for case, row in m["cases"].items():
+            hf = row["engines"].get("transformers", {}).get("median")
+            ceil = []
+            if "ceiling" in row:
+                ceil.append(f"{row['ceiling']:.0f} GF/s")
+            if "int8_ceiling" in row:
+                ceil.append(f"{row['int8_ceiling']:.0f} GOP/s")
+            bound = row["padded_tokens"] / row["real_tokens"] if row.get("real_tokens") else 1.0
+            if bound > 1.001:
+                ceil.append(f"bound {bound:.2f}×")
+            label = f"{case} ({', '.join(ceil)})" if ceil else case
+            for e, s in row["engines"].items():
+                ratio = f"{s['median'] / hf:.2f}" if hf else "-"
+                bp = best_peer(row, e)
+                peer = f"{bp[0]:.2f} ({bp[1]})" if bp else "-"
+                f32 = pct(s.get("fraction_of_fp32_ceiling", s["fraction_of_ceiling"]))
+                i8 = pct(s.get("fraction_of_int8_ceiling"))
+                if E.is_int8(e):
+                    i8 = f"**{i8}**"
+                elif i8 != "-":
+                    f32 = f"**{f32}**"
+                peak = max(s.get("peak_mb", 0), s.get("load_peak_mb", 0))
+                mem = f"{peak:.0f} ({peak - s['import_rss_mb']:.0f})" if "peak_mb" in s else "-"
+                run = f"{s['run_peak_mb']:.0f}" if "run_peak_mb" in s else "-"
+                lines.append(f"| {label} | {e} | {s['median']:.0f} | {s['min']:.0f}-{s['max']:.0f} | {ratio} | "
+                             f"{peer} | {f32} | {i8} | {mem} | {run} |")
+        lines.append("")
+    sc = results["args"]["scale"]
+    sizes = "; ".join(f"{c}: {n} x batch {batch_size(c, sc)}" for c, (*_, n) in CASES.items())
+    lines += [
+        f"Batches per repetition: {sizes}.", "",
+        "Cases: `infer 16-128` = batches with lengths uniform in 16-128 (the padded engines pay for "
+        "padding up to the longest in the batch; bertfam packs the real tokens); `infer full N` = no padding; "
+        "`train MLM` = one AdamW step per batch, dropout on, batches from bertfam's PretrainCollator "
+        "(15 % token masking); bertfam's MLM head runs on the masked positions only, BertForMaskedLM on all. "
+        "The int8 engines run inference cases only.",
+        "", "![speed-up over transformers](benchmarks.png)", "",
+        "Accuracy cost of the int8 engines (hidden-state differences, SST-2 accuracy, MRC F1): "
+        "[int8_accuracy.md](int8_accuracy.md), from `benchmarks/int8_accuracy.py`.", ""]
+    return "\n".join(lines)
+
+
+def write_outputs(results: dict, args, final: bool = True) -> None:
+    from bertfam.utils import atomic_write_text
+
+    os.makedirs(args.out_dir, exist_ok=True)
+    results["complete"] = final
+    md = markdown(results)
+    if final:
+        print("\n" + md)
+    atomic_write_text(os.path.join(args.out_dir, "benchmarks.md"), md)
+    atomic_write_text(os.path.join(args.out_dir, "benchmarks.json"), json.dumps(results, indent=2) + "\n")
+    try:
+        plot(results, os.path.join(args.out_dir, "benchmarks.png"))
+    except ImportError:
+        print("matplotlib not installed: no chart")
+
+
+COLORS = {"transformers": "#7f7f7f", "onnxruntime": "#1f77b4", "openvino": "#9467bd", "bertfam": "#d62728"}
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bertfam.utils import atomic_path
+
+    models = list(results["models"])
+    fig, axes = plt.subplots(len(models), 1, figsize=(13, 4.4 * len(models)), squeeze=False)
+    for ax, mname in zip(axes[:, 0], models):
+        cases = results["models"][mname]["cases"]
+        names = list(cases)
+        engines = [e for e in E.ALL if e != "transformers" and any(e in cases[c]["engines"] for c in names)]
+        width = 0.8 / max(1, len(engines))
+        for e in engines:
+            xs, ys = [], []
+            for j, c in enumerate(names):
+                eng = cases[c]["engines"]
+                here = [x for x in engines if x in eng]  # the case's bars, centred on its tick
+                if e in eng and "transformers" in eng:
+                    hf = eng["transformers"]["median"]
+                    xs.append(j + (here.index(e) - (len(here) - 1) / 2) * width)
+                    ys.append(eng[e]["median"] / hf)
+            ax.bar(xs, ys, width, label=e, color=COLORS.get(e.split("-")[0], "#2ca02c"),
+                   hatch="//" if E.is_int8(e) else None, edgecolor="white" if E.is_int8(e) else None,
+                   alpha=0.6 if e == "openvino-int8w" else 1.0)
+            for x, y in zip(xs, ys):
+                ax.text(x, y + 0.03, f"{y:.2f}", ha="center", fontsize=6.5, rotation=90 if len(engines) > 4 else 0)
+        ax.axhline(1.0, color="gray", lw=1, ls="--", label="transformers fp32 = 1")
+        top = max([b.get_height() for b in ax.patches] + [1.0])
+        ax.set_ylim(0, top * 1.3)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, fontsize=8)
+        ax.set_title(f"{mname}: real tokens/s relative to transformers fp32 (hatched: int8)")
+        ax.legend(fontsize=7, loc="upper left", ncol=5)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
