@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import BertfamError
 from ..tasks.blank import BLANK_MESSAGE, NOT_BLANK
+from ..tasks.kinds import endpoint_kind, heads_of
 from ..tasks.pipelines import InputError
 from .batching import QueueFull
 from .budget import token_counts
@@ -133,6 +134,7 @@ class ErrorBody(BaseModel):
     problems: Optional[list[dict]] = Field(None, description="every validation problem: [{field, error}]")
 
 
+# endpoint (a task kind's, tasks/kinds.py) -> its request item and result schemas; embed has its own body
 ITEM_OF = {"mrc": (MRCItem, MRCResult), "classify": (ClassifyItem, ClassifyResult), "ner": (NERItem, NERResult),
            "fill-mask": (FillMaskItem, FillMaskResult)}
 ONE, MANY = "object", "list"  # the tags of a one-or-many body's two branches (not part of field names)
@@ -535,8 +537,7 @@ def _route_of(service: Service, ep: str):
     async def route() -> Route:
         found = service.routes.get(ep)
         if found is None:
-            need = {"mrc": "span", "classify": "classification or regression", "ner": "token",
-                    "fill-mask": "mlm or pretraining"}.get(ep, "any")
+            need = " or ".join(heads_of(endpoint_kind(ep).pipeline)) or "any"
             raise ApiError(404, f"/v1/{ep}: no loaded model serves it (load one with a {need} head)")
         return found
 
