@@ -31,6 +31,8 @@ from .targets import RegressionTargets, Targets, TokenTargets
 
 @dataclass(frozen=True)
 class TaskKind:
+    """One kind of answer: everything above the model layer needs to train, run and serve it."""
+
     name: str
     head: Optional[str]  # modeling.heads.HEADS key; None: a bare encoder (no head)
     pipeline: type  # a tasks.pipelines.Pipeline subclass
@@ -52,10 +54,11 @@ KINDS: dict[str, TaskKind] = {}  # name -> kind, in registration order (error me
 
 
 def register_kind(kind: TaskKind) -> TaskKind:
-    """Add a kind. ConfigError when one of its names is taken, its head is not in modeling's HEADS, or its
-    pipeline is not a Pipeline."""
-    taken = {n: k.name for k in KINDS.values() for n in k.names}
-    clash = [n for n in kind.names if n in taken]
+    """Add a kind. ConfigError when one of its names (or table spellings) is taken, its head is not in
+    modeling's HEADS, or its pipeline is not a Pipeline: a lookup takes the first match, so a second kind of
+    one name would never be found."""
+    taken = {n: k.name for k in KINDS.values() for n in k.names + tuple(k.table_kinds)}
+    clash = [n for n in kind.names + tuple(kind.table_kinds) if n in taken]
     if clash:
         raise ConfigError(f"task kind {kind.name!r}: the name {clash[0]!r} is taken by the kind {taken[clash[0]]!r}")
     if kind.head is not None and kind.head not in HEADS:
