@@ -65,12 +65,12 @@ class Pipeline:
 
     task = ""  # the pipeline's name
     text_field = "text"  # a bare string input fills this field
-    options: tuple = ()  # options `pipeline()` takes for this pipeline beyond batch_size and int8
+    pipeline_options: tuple = ()  # options `pipeline()` takes for this pipeline beyond batch_size and int8
 
     @classmethod
     def create(cls, model, batch_size: int = 32, int8: bool = False, **options) -> "Pipeline":
         """The pipeline `bertfam.pipeline()` gives: ConfigError for an option it does not take."""
-        unknown = set(options) - set(cls.options)
+        unknown = set(options) - set(cls.pipeline_options)
         if unknown:
             raise ConfigError(f"unknown {cls.task} pipeline option(s): {', '.join(sorted(unknown))}")
         return cls(model, batch_size=batch_size, int8=int8, **options)
@@ -408,7 +408,7 @@ class MRCPipeline(Pipeline):
 
     task = "mrc"
     text_field = "question"
-    options = ("max_length", "doc_stride")
+    pipeline_options = ("max_length", "doc_stride")
 
     def __init__(self, model, batch_size: int = 32, max_length: Optional[int] = None,
                  doc_stride: Optional[int] = None, int8: bool = False):
