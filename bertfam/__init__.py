@@ -5,7 +5,7 @@ from .errors import (BertfamError, CheckpointError, ConfigError, DataError, Toke
 from .checkpoint import from_pretrained  # noqa: F401
 from .modeling import BertfamModel, ModelOutput, TaskModel, build_model  # noqa: F401
 from .modeling.optimize import optimize_for_inference  # noqa: F401
-from .tasks.pipelines import pipeline  # noqa: F401
+from .tasks.kinds import pipeline  # noqa: F401
 from .tokenization import Tokenizer  # noqa: F401
 
 __version__ = "0.1.0"

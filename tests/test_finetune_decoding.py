@@ -4,7 +4,7 @@ import pytest
 from bertfam.evaluation.glue import PAPER_LABEL, results_table
 from bertfam.evaluation.metrics import accuracy, binary_f1, correlations, entity_prf, macro_f1, matthews
 from bertfam.tasks.decoding import detect_scheme, entities, spans_to_tags, tags_to_spans
-from bertfam.tasks.table import TASKS, get_task
+from bertfam.tasks.table import TASK_TABLE, get_task
 
 
 @pytest.mark.parametrize("tags,spans", [
@@ -64,11 +64,11 @@ def test_entity_prf_seqeval_known_value():
 
 
 def test_task_table_rows():
-    assert get_task("SST-2") is TASKS["sst2"] and get_task("mnli_mm") is TASKS["mnli-mm"]
-    assert TASKS["stsb"].kind == "regression" and TASKS["stsb"].head == "regression"
-    assert TASKS["cola"].metric == "mcc" and TASKS["mrpc"].headline == "f1"
-    assert TASKS["cluener"].kind == "token" and TASKS["cluener"].headline == "f1"
-    assert len(TASKS["tnews"].labels) == 15 and TASKS["ocnli"].kind == "pair"
+    assert get_task("SST-2") is TASK_TABLE["sst2"] and get_task("mnli_mm") is TASK_TABLE["mnli-mm"]
+    assert TASK_TABLE["stsb"].kind == "regression" and TASK_TABLE["stsb"].head == "regression"
+    assert TASK_TABLE["cola"].metric == "mcc" and TASK_TABLE["mrpc"].headline == "f1"
+    assert TASK_TABLE["cluener"].kind == "token" and TASK_TABLE["cluener"].headline == "f1"
+    assert len(TASK_TABLE["tnews"].labels) == 15 and TASK_TABLE["ocnli"].kind == "pair"
 
 
 def test_results_table_labels_paper_numbers():

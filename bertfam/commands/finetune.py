@@ -53,7 +53,7 @@ def _train_args(p) -> None:
 
 
 def register(sub) -> None:
-    from ..runners.finetune import FinetuneOptions
+    from ..runners.finetune import FinetuneOptions, custom_kinds
 
     p = Flags(sub.add_parser("finetune", help="fine-tune a model on a GLUE/CLUE/NER/custom task"), FinetuneOptions)
     p.add_argument("--task", required=True, help=TASK_HELP)
@@ -65,7 +65,7 @@ def register(sub) -> None:
     p.fields({"resume": Flag(help="continue from the latest checkpoint in --out")})
     g = p.add_argument_group("custom task (--task custom)")
     g.add_argument("--format", choices=["tsv", "jsonl"], default="tsv")
-    g.add_argument("--kind", choices=["single", "pair", "regression", "token"], default=None,
+    g.add_argument("--kind", choices=custom_kinds(), default=None,
                    help="default: pair with two text columns, else single")
     g.add_argument("--text-cols", default=None, help="text column name(s) or 0-based numbers, comma-separated")
     g.add_argument("--label-col", default=None)

@@ -1,14 +1,17 @@
 """Hugging Face <-> bertfam: configs and parameter names for BERT, RoBERTa, ALBERT and ERNIE.
 
 One table (`key_table`) lists, for a config, every bertfam parameter and the Hugging Face
-parameter(s) it corresponds to; import and export both read it, so they cannot drift apart.
+parameter(s) it corresponds to; import and export both read it, so they cannot drift apart. What differs
+by head (architecture name, head weights, pooler, labels, the tied decoder) is one `HFHead` per head name in
+`HF_HEADS`; this module asks it and never which head it converts.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
-from typing import Optional
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import torch
 
@@ -19,10 +22,6 @@ log = logging.getLogger("bertfam")
 
 HF_TYPES = {"bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta",
             "albert": "albert", "ernie": "ernie"}
-_ARCH_TASK = {"Model": None, "ForMaskedLM": "mlm", "ForPreTraining": "pretraining",
-              "ForSequenceClassification": "classification", "ForTokenClassification": "token",
-              "ForQuestionAnswering": "span", "ForNextSentencePrediction": None, "ForMultipleChoice": None,
-              "ForCausalLM": None, "LMHeadModel": None}
 _HF_PREFIX = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "ernie": "Ernie"}
 _COPY = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
          "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
@@ -85,13 +84,10 @@ def config_from_hf(d: dict, source: str = "config.json", task: Optional[str] = N
 
 def hf_architecture(cfg: ModelConfig) -> str:
     fam = _HF_PREFIX.get(cfg.family, "Bert")
-    task = cfg.head.task
-    suffix = {None: "Model", "mlm": "ForMaskedLM", "pretraining": "ForPreTraining",
-              "classification": "ForSequenceClassification", "regression": "ForSequenceClassification",
-              "token": "ForTokenClassification", "span": "ForQuestionAnswering"}[task]
-    if task == "pretraining" and not _has_pair_head(cfg):
-        suffix = "ForMaskedLM"  # MLM only (RoBERTa, --pair none): *ForPreTraining would expect a pair head
-    return fam + suffix
+    spec = HF_HEADS[cfg.head.task]
+    if spec.without_pair is not None and not _has_pair_head(cfg):
+        return fam + spec.without_pair
+    return fam + spec.suffix
 
 
 def _has_pair_head(cfg: ModelConfig) -> bool:
@@ -115,13 +111,14 @@ def config_to_hf(cfg: ModelConfig) -> dict:
     elif cfg.use_task_id:
         raise ConfigError("task-type embeddings (use_task_id) need family='ernie' for Hugging Face export")
     h = cfg.head
-    if h.task in ("classification", "token", "regression"):
-        n = 1 if h.task == "regression" else h.num_labels
+    spec = HF_HEADS[h.task]
+    if spec.num_labels is not None:
+        n = spec.num_labels(h)
         labels = h.labels if len(h.labels) == n else [f"LABEL_{i}" for i in range(n)]
         d["id2label"] = {str(i): l for i, l in enumerate(labels)}
         d["label2id"] = {l: i for i, l in enumerate(labels)}
-        if h.task == "regression":
-            d["problem_type"] = "regression"
+        if spec.problem_type is not None:
+            d["problem_type"] = spec.problem_type
     if h.classifier_dropout is not None:
         d["classifier_dropout_prob" if mt == "albert" else "classifier_dropout"] = h.classifier_dropout
     return d
@@ -170,25 +167,86 @@ def key_table(cfg: ModelConfig, base: str) -> list[tuple[str, list[str]]]:
 
 
 def _head_table(cfg: ModelConfig) -> list[tuple[str, list[str]]]:
-    task, fam = cfg.head.task, cfg.family
-    t: list[tuple[str, list[str]]] = []
-    if task in ("mlm", "pretraining"):
-        p = {"roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
-             "albert": ("predictions.dense", "predictions.LayerNorm", "predictions.bias")}.get(
-            fam, ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias"))
-        t += _ln("mlm.dense", p[0]) + _ln("mlm.norm", p[1]) + [("mlm.bias", [p[2]])]
-        if _has_pair_head(cfg):
-            t += _ln("pair.classifier", "sop_classifier.classifier" if fam == "albert" else "cls.seq_relationship")
-    elif task in ("classification", "regression"):
-        if cfg.head.classifier_pooling == "cls_dense":
-            t += _ln("classifier.dense", "classifier.dense") + _ln("classifier.classifier", "classifier.out_proj")
-        else:
-            t += _ln("classifier.classifier", "classifier")
-    elif task == "token":
-        t += _ln("token.classifier", "classifier")
-    elif task == "span":
-        t += _ln("span.qa", "qa_outputs")
+    return HF_HEADS[cfg.head.task].keys(cfg)
+
+
+def _mlm_keys(cfg: ModelConfig) -> list[tuple[str, list[str]]]:
+    p = {"roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
+         "albert": ("predictions.dense", "predictions.LayerNorm", "predictions.bias")}.get(
+        cfg.family, ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias"))
+    return _ln("mlm.dense", p[0]) + _ln("mlm.norm", p[1]) + [("mlm.bias", [p[2]])]
+
+
+def _pretraining_keys(cfg: ModelConfig) -> list[tuple[str, list[str]]]:
+    t = _mlm_keys(cfg)
+    if _has_pair_head(cfg):
+        t += _ln("pair.classifier", "sop_classifier.classifier" if cfg.family == "albert" else "cls.seq_relationship")
     return t
+
+
+def _classifier_keys(cfg: ModelConfig) -> list[tuple[str, list[str]]]:
+    if cfg.head.classifier_pooling == "cls_dense":
+        return _ln("classifier.dense", "classifier.dense") + _ln("classifier.classifier", "classifier.out_proj")
+    return _ln("classifier.classifier", "classifier")
+
+
+def _decoder_name(cfg: ModelConfig) -> str:
+    return {"roberta": "lm_head.decoder", "albert": "predictions.decoder"}.get(cfg.family, "cls.predictions.decoder")
+
+
+@dataclass(frozen=True)
+class HFHead:
+    """A bertfam head (or none) as Hugging Face has it."""
+
+    suffix: str  # of the architecture class name: Bert + ForMaskedLM
+    keys: Callable[[ModelConfig], list]  # (bertfam key, [HF keys]) of the head's weights
+    pooler: Callable[[ModelConfig], bool]  # whether the HF class holds the backbone's pooler
+    num_labels: Optional[Callable] = None  # HeadConfig -> labels config.json lists (id2label); None: none
+    problem_type: Optional[str] = None  # config.json's problem_type
+    decoder: Optional[Callable[[ModelConfig], str]] = None  # the tied MLM decoder's HF name (written explicitly)
+    without_pair: Optional[str] = None  # the suffix when the config has no NSP/SOP classifier
+
+
+def _no_keys(cfg: ModelConfig) -> list:
+    return []
+
+
+def _pooler_unless_roberta(cfg: ModelConfig) -> bool:
+    return cfg.family != "roberta"  # RoBERTa's classification head reads [CLS], HF's has no pooler
+
+
+def _no_pooler(cfg: ModelConfig) -> bool:
+    return False  # HF's *ForMaskedLM/Token/QA omit the pooler
+
+
+# head task (None: a bare backbone) -> its Hugging Face form
+HF_HEADS: dict = {
+    None: HFHead("Model", _no_keys, pooler=lambda cfg: True),
+    "mlm": HFHead("ForMaskedLM", _mlm_keys, _no_pooler, decoder=_decoder_name),
+    # *ForPreTraining holds a pooler for its pair classifier; MLM only (RoBERTa, --pair none) exports as ForMaskedLM
+    "pretraining": HFHead("ForPreTraining", _pretraining_keys, _has_pair_head, decoder=_decoder_name,
+                          without_pair="ForMaskedLM"),
+    "classification": HFHead("ForSequenceClassification", _classifier_keys, _pooler_unless_roberta,
+                             num_labels=lambda h: h.num_labels),
+    "regression": HFHead("ForSequenceClassification", _classifier_keys, _pooler_unless_roberta,
+                         num_labels=lambda h: 1, problem_type="regression"),
+    "token": HFHead("ForTokenClassification", lambda cfg: _ln("token.classifier", "classifier"), _no_pooler,
+                    num_labels=lambda h: h.num_labels),
+    "span": HFHead("ForQuestionAnswering", lambda cfg: _ln("span.qa", "qa_outputs"), _no_pooler),
+}
+
+
+def _arch_tasks() -> dict:
+    """HF architecture suffix -> head task, for reading a config: the first head of each suffix (a regression
+    head is told from classification by problem_type), then the HF heads bertfam has none of."""
+    out: dict = {}
+    for task, h in HF_HEADS.items():
+        out.setdefault(h.suffix, task)
+    return {**out, "ForNextSentencePrediction": None, "ForMultipleChoice": None, "ForCausalLM": None,
+            "LMHeadModel": None}
+
+
+_ARCH_TASK = _arch_tasks()
 
 
 def _is_head_key(k: str) -> bool:
@@ -197,12 +255,7 @@ def _is_head_key(k: str) -> bool:
 
 
 def hf_has_pooler(cfg: ModelConfig) -> bool:
-    task = cfg.head.task
-    if task is None:
-        return True
-    if task == "pretraining":  # *ForPreTraining has one, *ForMaskedLM (what an MLM-only head exports as) not
-        return _has_pair_head(cfg)
-    return task in ("classification", "regression") and cfg.family != "roberta"
+    return HF_HEADS[cfg.head.task].pooler(cfg)
 
 
 # ----------------------------------------------------------------------------- state dicts
@@ -273,8 +326,9 @@ def state_to_hf(cfg: ModelConfig, sd: dict) -> dict:
         parts = t.chunk(len(hf_keys), 0) if len(hf_keys) > 1 else [t]
         for k, p in zip(hf_keys, parts):
             out[k] = p.contiguous()
-    if task in ("mlm", "pretraining"):
-        dec = {"roberta": "lm_head.decoder", "albert": "predictions.decoder"}.get(cfg.family, "cls.predictions.decoder")
+    decoder = HF_HEADS[task].decoder
+    if decoder is not None:
+        dec = decoder(cfg)
         out[f"{dec}.weight"] = sd["backbone.embeddings.word.weight"].clone()
         out[f"{dec}.bias"] = sd["mlm.bias"].clone()
     return out

@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..config import HEAD_TASKS, ModelConfig
+from ..config import ModelConfig
 from .attention import extended_mask
 from .embeddings import Embeddings
 from .encoder import Encoder
@@ -18,7 +18,6 @@ from .varlen import unpad
 
 log = logging.getLogger("bertfam")
 
-TASKS = HEAD_TASKS
 SAVE_DTYPES = {"float32": torch.float32, "float16": torch.float16}  # weights on disk
 
 

@@ -25,7 +25,8 @@ from ..modeling.layout import EncoderOutput
 from ..modeling.model import ModelOutput, TaskModel
 from .config import CONFIG_NAME, MultimodalConfig
 
-TASKS = (None, "mlm", "pretraining", "span", "classification")
+# the heads (modeling.heads.HEADS names, None: none) a multimodal model can carry
+MULTIMODAL_HEADS = (None, "mlm", "pretraining", "span", "classification")
 CODEBOOK_NAME = "codebook.npz"
 
 
@@ -76,8 +77,8 @@ class MultimodalModel(TaskModel):
     through the pair head), span (extractive QA over the text part), classification."""
 
     def __init__(self, cfg: ModelConfig, mm: MultimodalConfig):
-        if cfg.head.task not in TASKS:
-            raise ConfigError(f"multimodal task {cfg.head.task!r} not in {TASKS[1:]}")
+        if cfg.head.task not in MULTIMODAL_HEADS:
+            raise ConfigError(f"multimodal task {cfg.head.task!r} not in {MULTIMODAL_HEADS[1:]}")
         super().__init__(cfg)
         self.mm = mm
         self.adapter = FeatureAdapter(cfg, mm) if mm.uses_adapter else None

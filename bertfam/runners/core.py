@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from ..errors import ConfigError
+from ..tasks.kinds import kind_of_head
 
 
 def describe_checkpoint(path: str) -> str:
@@ -22,7 +23,8 @@ def describe_checkpoint(path: str) -> str:
     cfg = model.config
     counts = model.num_parameters()
     lines = [f"path: {path}", f"family: {cfg.family}", f"head: {cfg.head.task or 'none (backbone)'}"]
-    if cfg.head.task in ("classification", "token"):
+    targets = kind_of_head(cfg.head.task).targets
+    if targets is not None and targets.named:  # a head that answers with label names
         lines.append(f"labels: {cfg.head.num_labels} {cfg.head.labels[:20]}")
     q = cfg.quantization
     lines.append(f"weights: int8 ({q.method}, {q.weights} int8 weights, float32 activations quantized per batch; "

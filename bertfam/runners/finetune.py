@@ -25,8 +25,8 @@ from ..data.labelled import Example
 from ..data.splits import dev_split
 from ..errors import ConfigError, DataError
 from ..modeling.optimize import optimize_for_inference
-from ..tasks.decoding import tags_to_spans
 from ..tasks.features import FeatureBuilder, collect_labels, gold, lengths, score
+from ..tasks.kinds import table_kinds
 from ..tasks.table import TaskSpec, custom_task, get_task
 from ..training import TrainConfig, Trainer
 from ..utils import atomic_write, atomic_write_text
@@ -83,6 +83,11 @@ def task_from_config(cfg) -> TaskSpec:
     return get_task(ft.task)
 
 
+def custom_kinds() -> list[str]:
+    """The kinds a custom task can be (`finetune --kind`): single, pair, regression, token."""
+    return table_kinds()
+
+
 def custom_spec(kind: str, c: CustomTaskSettings, labels: Optional[list] = None) -> TaskSpec:
     """The TaskSpec of a custom task (`--task custom`, or head.finetune.custom of a fine-tuned model):
     what `finetune` takes as its task. ConfigError for a kind or columns the task cannot be read with."""
@@ -100,7 +105,7 @@ def split_train_dev(examples: list, ratio: float, seed: int) -> tuple[list, list
 
 def _known_labels_only(examples: list, spec: TaskSpec, labels: list, what: str) -> list:
     """Dev/test examples whose gold label the model cannot output are reported and left out."""
-    if spec.kind == "regression" or not labels:
+    if not spec.task_kind.targets.named or not labels:  # a score: every gold value is one the model can give
         return examples
     ok = set(labels)
     keep = [ex for ex in examples if (ex.tags is None or set(ex.tags) <= ok) and (ex.label is None or ex.label in ok)]
@@ -259,7 +264,7 @@ def label_descriptions(examples: list, labels: list) -> dict:
 
 
 def _need_labels(examples: list, spec: TaskSpec, path: str) -> None:
-    unl = sum(1 for ex in examples if (ex.tags if spec.kind == "token" else ex.label) is None)
+    unl = sum(1 for ex in examples if spec.task_kind.targets.gold(ex) is None)
     if unl:
         raise DataError(f"{path}: {unl} examples have no label; training and dev files must be labelled")
 
@@ -331,22 +336,12 @@ def write_predictions(stem: str, spec: TaskSpec, examples: list[Example], names:
                       ids: Optional[Sequence[str]] = None) -> str:
     """Sequence tasks: `stem.tsv` with `index\\tprediction` (GLUE submission layout); index = the row's
     0-based position among `examples` unless `ids` are given. Token tasks: `stem.jsonl` in CLUENER layout
-    ({id, text, label: {type: {entity: [[start, end_inclusive]]}}})."""
-    if spec.kind == "token":
-        path = stem + ".jsonl"
-        lines = []
-        for ex, tags in zip(examples, names):
-            lab: dict = {}
-            for t, s, e in tags_to_spans(tags):
-                lab.setdefault(t, {}).setdefault("".join(ex.tokens[s:e]), []).append([s, e - 1])
-            lines.append(json.dumps({"id": ex.guid, "text": "".join(ex.tokens), "label": lab}, ensure_ascii=False))
-        atomic_write_text(path, "\n".join(lines) + "\n")
-        return path
-    path = stem + ".tsv"
-    fmt = (lambda v: f"{v:.3f}") if spec.kind == "regression" else str
+    ({id, text, label: {type: {entity: [[start, end_inclusive]]}}}). The layout is the kind's
+    (tasks/targets.py: prediction_lines)."""
     ids = range(len(examples)) if ids is None else ids  # not guids: those are source line numbers (from 2)
-    rows = ["index\tprediction"] + [f"{i}\t{fmt(p)}" for i, p in zip(ids, names)]
-    atomic_write_text(path, "\n".join(rows) + "\n")
+    suffix, lines = spec.task_kind.targets.prediction_lines(examples, names, ids)
+    path = stem + suffix
+    atomic_write_text(path, "\n".join(lines) + "\n")
     return path
 
 

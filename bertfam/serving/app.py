@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import BertfamError
 from ..tasks.blank import BLANK_MESSAGE, NOT_BLANK
+from ..tasks.kinds import endpoint_kind, heads_of
 from ..tasks.pipelines import InputError
 from .batching import QueueFull
 from .budget import token_counts
@@ -133,6 +134,7 @@ class ErrorBody(BaseModel):
     problems: Optional[list[dict]] = Field(None, description="every validation problem: [{field, error}]")
 
 
+# endpoint (a task kind's, tasks/kinds.py) -> its request item and result schemas; embed has its own body
 ITEM_OF = {"mrc": (MRCItem, MRCResult), "classify": (ClassifyItem, ClassifyResult), "ner": (NERItem, NERResult),
            "fill-mask": (FillMaskItem, FillMaskResult)}
 ONE, MANY = "object", "list"  # the tags of a one-or-many body's two branches (not part of field names)
@@ -213,21 +215,21 @@ _OBJECT_EXPECTED = ("model_type", "dict_type", "model_attributes_type")
 def _problem(e: dict) -> tuple[int, dict]:
     """(status, {field, error}) of one validation error; a limit's error names its flag."""
     field = field_name(tuple(e["loc"]))
-    kind, ctx, value = e["type"], e.get("ctx") or {}, e.get("input")
+    error_type, ctx, value = e["type"], e.get("ctx") or {}, e.get("input")  # pydantic's error type
     status = 422
-    if kind == "string_too_long":
+    if error_type == "string_too_long":
         msg = f"{len(value)} characters, over the limit of {ctx['max_length']} (--max-passage-chars)"
-    elif kind == "string_pattern_mismatch" and ctx.get("pattern") == NOT_BLANK:
+    elif error_type == "string_pattern_mismatch" and ctx.get("pattern") == NOT_BLANK:
         msg = BLANK_MESSAGE
-    elif kind == "string_unicode":  # JSON allows "\ud800"; the tokenizer (Rust) cannot take it
+    elif error_type == "string_unicode":  # JSON allows "\ud800"; the tokenizer (Rust) cannot take it
         msg = "not valid Unicode (a lone surrogate escape)"
-    elif kind == "too_long":
+    elif error_type == "too_long":
         status = 413
         msg = (f"{ctx.get('actual_length')} {'texts' if field == 'texts' else 'items'}, over the limit of "
                f"{ctx['max_length']} per request (--max-texts)")
-    elif kind == "too_short":
+    elif error_type == "too_short":
         msg = "must hold at least one text" if field == "texts" else "empty list; send one object or a list of objects"
-    elif kind in _OBJECT_EXPECTED:
+    elif error_type in _OBJECT_EXPECTED:
         msg = f"expected a JSON object, got {_json_type(value)}"
     else:
         msg = e["msg"]
@@ -535,8 +537,7 @@ def _route_of(service: Service, ep: str):
     async def route() -> Route:
         found = service.routes.get(ep)
         if found is None:
-            need = {"mrc": "span", "classify": "classification or regression", "ner": "token",
-                    "fill-mask": "mlm or pretraining"}.get(ep, "any")
+            need = " or ".join(heads_of(endpoint_kind(ep).pipeline)) or "any"
             raise ApiError(404, f"/v1/{ep}: no loaded model serves it (load one with a {need} head)")
         return found
 

@@ -9,13 +9,10 @@ from typing import Optional, Sequence
 
 from ..errors import ConfigError
 from .batching import DynamicBatcher
-from ..tasks.pipelines import PIPELINES, TASK_OF_HEAD, MRCPipeline, Pipeline
+from ..tasks.kinds import endpoint_kind, kind_of_head
+from ..tasks.pipelines import MRCPipeline, Pipeline
 
 log = logging.getLogger("bertfam")
-# endpoint -> the pipeline task behind it (the endpoint names are the HTTP API's, kept as documented)
-PIPELINE_OF_ENDPOINT = {"classify": "classification", "ner": "ner", "fill-mask": "fill-mask", "mrc": "mrc",
-                        "embed": "embed"}
-ENDPOINT_OF_PIPELINE = {v: k for k, v in PIPELINE_OF_ENDPOINT.items()}
 
 
 @dataclass
@@ -74,9 +71,10 @@ class Service:
         for k, ((name, model), info) in enumerate(zip(models, self.models)):
             ex = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{name}")
             self._executors.append(ex)  # one thread per model: its calls run in turn, the event loop stays free
-            wanted = [ENDPOINT_OF_PIPELINE[TASK_OF_HEAD[model.task]]] if model.task in TASK_OF_HEAD else []
+            # a head's endpoint is its kind's; the encoder kind's (embed) goes to one model only
+            wanted = [kind_of_head(model.task).endpoint] if model.task is not None else []
             if k == embed_owner:
-                wanted.append("embed")
+                wanted.append(kind_of_head(None).endpoint)
             for ep in wanted:
                 if ep in self.routes:
                     log.warning("serve: %s already served by %s; %s not used for it", ep,
@@ -87,13 +85,14 @@ class Service:
 
     def _route(self, ep: str, name: str, model, executor, mrc_max_length, mrc_doc_stride) -> Route:
         lim = self.limits
-        if ep == "mrc":
-            pred = MRCPipeline(model, lim.max_batch, mrc_max_length, mrc_doc_stride)
+        cls = endpoint_kind(ep).pipeline
+        if issubclass(cls, MRCPipeline):  # the serve options --mrc-max-length / --mrc-doc-stride are its
+            pred = cls(model, lim.max_batch, mrc_max_length, mrc_doc_stride)
             # one model call reads at most max_batch_tokens of windows: a passage of many windows is read in
             # several calls, between which an abandoned request stops (tasks/interrupt.py)
             pred.inner.batch_size = max(1, min(lim.max_batch, lim.max_batch_tokens // pred.inner.max_length))
         else:
-            pred = PIPELINES[PIPELINE_OF_ENDPOINT[ep]](model, lim.max_batch)
+            pred = cls(model, lim.max_batch)
         batcher = DynamicBatcher(pred.predict_batch, executor, lim.max_batch, lim.batch_wait_ms, lim.max_queue,
                                  name=f"{ep}@{name}", max_batch_tokens=lim.max_batch_tokens)
         return Route(ep, name, pred, batcher)

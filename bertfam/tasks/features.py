@@ -1,4 +1,6 @@
-"""Examples -> model features -> batches, and model outputs -> predictions, for every task kind.
+"""Examples -> model features -> batches, and model outputs -> predictions, for every task kind that the
+task table fine-tunes. What differs by kind (labels, targets, decoding, names) is the kind's `Targets`
+(tasks/targets.py, in its tasks/kinds.py entry); this module asks it and never which kind it runs.
 
 Sequence tasks: [CLS] a [SEP] (b [SEP]) truncated longest-first to max_length; batches padded to their
 longest member (dynamic padding). Token tasks: each character (unit) is one pre-tokenized word; its
@@ -22,22 +24,14 @@ from ..data.batching import length_batches
 from ..data.labelled import Example
 from ..errors import DataError
 from .table import TaskSpec
+from .targets import IGNORE
 
 log = logging.getLogger("bertfam")
-IGNORE = -100
-PREFIX_ORDER = {"B": 0, "I": 1, "M": 2, "E": 3, "S": 4}
 
 
 def collect_labels(spec: TaskSpec, examples: Sequence[Example]) -> list[str]:
     """The task's fixed labels, else those seen in the training file (token tags: O first, then by type)."""
-    if spec.kind == "regression":
-        return []
-    if spec.labels:
-        return list(spec.labels)
-    if spec.kind == "token":
-        tags = {t for ex in examples for t in (ex.tags or [])} | {"O"}
-        return ["O"] + sorted(tags - {"O"}, key=lambda t: (t[2:], PREFIX_ORDER.get(t[0], 9)))
-    return sorted({str(ex.label) for ex in examples if ex.label is not None})
+    return spec.task_kind.targets.collect(spec.labels, examples)
 
 
 class FeatureBuilder:
@@ -48,6 +42,7 @@ class FeatureBuilder:
         if max_length < 4:
             raise DataError(f"max_length {max_length} is too small (at least 4 tokens)")
         self.tok, self.spec, self.labels, self.max_length, self.kbert = tokenizer, spec, labels, max_length, kbert
+        self.targets = spec.task_kind.targets
         self.window_overlap = window_overlap
         self.label_id = {l: i for i, l in enumerate(labels)}
         self.truncated = 0
@@ -57,7 +52,7 @@ class FeatureBuilder:
     # ------------------------------------------------------------------ building
     def build(self, examples: Sequence[Example], with_labels: bool = True) -> list[dict]:
         self.truncated = self.windowed = 0  # counts of this call (train and dev are built by one builder)
-        if self.spec.kind == "token":
+        if self.targets.per_unit:
             feats = self._token_features(examples, with_labels)
         else:
             feats = self._sequence_features(examples, with_labels)
@@ -71,11 +66,7 @@ class FeatureBuilder:
     def _label(self, ex: Example, with_labels: bool):
         if not with_labels or ex.label is None:
             return None
-        if self.spec.kind == "regression":
-            return float(ex.label)
-        if ex.label not in self.label_id:
-            raise DataError(f"{ex.source}: label {ex.label!r} not among the model's labels {self.labels}")
-        return self.label_id[ex.label]
+        return self.targets.encode(ex, self.labels, self.label_id)
 
     def _sequence_features(self, examples, with_labels) -> list[dict]:
         feats = []
@@ -172,17 +163,8 @@ class FeatureBuilder:
                 batch["token_type_ids"][i, :n] = torch.tensor(f["token_type_ids"])
                 batch["attention_mask"][i, :n] = 1
         if feats[0]["labels"] is not None:
-            batch["labels"] = self._collate_labels(feats, batch["input_ids"].shape[1])
+            batch["labels"] = self.targets.collate(feats, batch["input_ids"].shape[1])
         return batch
-
-    def _collate_labels(self, feats, T: int) -> torch.Tensor:
-        if self.spec.kind == "token":
-            lab = torch.full((len(feats), T), IGNORE, dtype=torch.long)  # (B, T)
-            for i, f in enumerate(feats):
-                lab[i, :len(f["labels"])] = torch.tensor(f["labels"])
-            return lab
-        dtype = torch.float32 if self.spec.kind == "regression" else torch.long
-        return torch.tensor([f["labels"] for f in feats], dtype=dtype)  # (B,)
 
     # ------------------------------------------------------------------ inference
     @torch.no_grad()
@@ -204,10 +186,10 @@ class FeatureBuilder:
                 batch = {k: v.to(device) for k, v in batch.items()}
                 logits = model(**batch).logits.float().cpu()
                 for k, i in enumerate(idx):
-                    out[i] = self._decode_one(logits[k], feats[i])
+                    out[i] = self.targets.decode(logits[k], feats[i], self.label_id)
                 bar.update(len(idx))
         model.train(was)
-        if self.spec.kind == "token" and feats and "example" in feats[0]:
+        if feats and "example" in feats[0]:  # per-unit features in windows (_token_features)
             return self._merge_windows(feats, out)
         return out
 
@@ -229,21 +211,8 @@ class FeatureBuilder:
                         best[ex][j], merged[ex][j] = ctx, tags[j]
         return [merged[k] for k in sorted(merged)]
 
-    def _decode_one(self, logits: torch.Tensor, feat: dict):
-        if self.spec.kind == "regression":
-            return float(logits.reshape(-1)[0])
-        if self.spec.kind == "token":
-            tok_pred = logits.argmax(-1).tolist()  # (T,)
-            o = self.label_id.get("O", 0)  # characters without a token are predicted O
-            return [tok_pred[ti] if ti >= 0 else o for ti in feat["first"]]
-        return int(logits.argmax(-1))
-
     def label_names(self, preds: list) -> list:
-        if self.spec.kind == "regression":
-            return preds
-        if self.spec.kind == "token":
-            return [[self.labels[i] for i in p] for p in preds]
-        return [self.labels[i] for i in preds]
+        return self.targets.names(preds, self.labels)
 
 
 def unit_windows(src: Sequence[int], width: int, overlap: float = 0.5) -> list[tuple[int, int]]:
@@ -275,7 +244,7 @@ def lengths(feats: Sequence[dict]) -> list[int]:
 
 
 def gold(examples: Sequence[Example], spec: TaskSpec) -> list:
-    return [ex.tags for ex in examples] if spec.kind == "token" else [ex.label for ex in examples]
+    return [spec.task_kind.targets.gold(ex) for ex in examples]
 
 
 def score(spec: TaskSpec, pred_names: list, golds: list) -> dict:

@@ -1,12 +1,13 @@
-"""`pipeline(task, model)`: one object per task that turns raw inputs into readable answers.
+"""The pipelines: one object per task kind's answer that turns raw inputs into readable answers.
 
     from bertfam import pipeline
     clf = pipeline("text-classification", "runs/tnews")
     clf(["他家的菜很好吃", "股市今天大跌"])  # -> [{"label": "news_food", "score": ..., ...}, ...]
 
-Tasks: classification (classification and regression heads), ner (token head), fill-mask (mlm and
-pretraining heads), embed (any model's backbone), mrc (span head, through `tasks.mrc.MRCPredictor`).
-`task=None` takes the task from the model's head. A pipeline takes one input or a list, batches a list
+Pipelines: classification (classification and regression heads), ner (token head), fill-mask (mlm and
+pretraining heads), embed (any model's backbone), mrc (span head, through `tasks.mrc.MRCPredictor`); which
+kind each answers, and `pipeline(task, model)` itself, are in `tasks/kinds.py`. `task=None` takes the task
+from the model's head. A pipeline takes one input or a list, batches a list
 `batch_size` items per model call, and returns one result per input, in order. Labels come back by
 name, and by readable name where the training data had one (TNEWS "104" -> "news_finance").
 
@@ -31,13 +32,6 @@ from ..modeling.pooling import mean_pool
 from .blank import BLANK_MESSAGE, is_blank
 from .interrupt import check_interrupt
 
-# head task -> pipeline task that answers with it
-TASK_OF_HEAD = {"classification": "classification", "regression": "classification", "token": "ner",
-                "mlm": "fill-mask", "pretraining": "fill-mask", "span": "mrc"}
-# the one task vocabulary (config.TASK_ALIASES maps the same names to heads for from_pretrained)
-ALIASES = {"text-classification": "classification", "sentiment-analysis": "classification", "classify": "classification",
-           "token-classification": "ner", "feature-extraction": "embed", "embeddings": "embed",
-           "question-answering": "mrc"}
 NER_AGGREGATIONS = ("simple", "none")  # transformers' aggregation_strategy values this pipeline has
 
 
@@ -69,8 +63,17 @@ def _model_inputs(enc) -> dict:
 class Pipeline:
     """Base: holds the model in eval mode, its tokenizer and its window; maps inputs to items."""
 
-    task = ""
+    task = ""  # the pipeline's name
     text_field = "text"  # a bare string input fills this field
+    pipeline_options: tuple = ()  # options `pipeline()` takes for this pipeline beyond batch_size and int8
+
+    @classmethod
+    def create(cls, model, batch_size: int = 32, int8: bool = False, **options) -> "Pipeline":
+        """The pipeline `bertfam.pipeline()` gives: ConfigError for an option it does not take."""
+        unknown = set(options) - set(cls.pipeline_options)
+        if unknown:
+            raise ConfigError(f"unknown {cls.task} pipeline option(s): {', '.join(sorted(unknown))}")
+        return cls(model, batch_size=batch_size, int8=int8, **options)
 
     def __init__(self, model, batch_size: int = 32, int8: bool = False):
         if model.tokenizer is None:
@@ -228,6 +231,17 @@ class NERPipeline(Pipeline):
     window where it has the most context on both sides (as BERT's SQuAD code does)."""
 
     task = "ner"
+
+    @classmethod
+    def create(cls, model, batch_size: int = 32, int8: bool = False, **options) -> "Pipeline":
+        if "aggregation_strategy" not in options:
+            return super().create(model, batch_size, int8, **options)
+        agg = options.pop("aggregation_strategy")  # transformers' construction-time option
+        if agg not in NER_AGGREGATIONS:
+            raise ConfigError(f"aggregation_strategy must be one of {', '.join(NER_AGGREGATIONS)}, got {agg!r}")
+        pipe = super().create(model, batch_size, int8, **options)
+        pipe.default_options = {"aggregation_strategy": agg}
+        return pipe
 
     def check(self, item: dict) -> None:
         super().check(item)
@@ -394,6 +408,7 @@ class MRCPipeline(Pipeline):
 
     task = "mrc"
     text_field = "question"
+    pipeline_options = ("max_length", "doc_stride")
 
     def __init__(self, model, batch_size: int = 32, max_length: Optional[int] = None,
                  doc_stride: Optional[int] = None, int8: bool = False):
@@ -471,50 +486,3 @@ class MRCPipeline(Pipeline):
                                     "score": float(s["prob"] * p)} for s in r["nbest"]]
             out.append(o)
         return out
-
-
-PIPELINES = {"classification": ClassificationPipeline, "ner": NERPipeline, "fill-mask": FillMaskPipeline,
-             "mrc": MRCPipeline, "embed": EmbedPipeline}
-# which head tasks each pipeline can answer with (embed: any model, through its backbone)
-HEADS_OF = {t: [h for h, p in TASK_OF_HEAD.items() if p == t] for t in PIPELINES}
-
-
-def pipeline(task: Optional[str] = None, model=None, *, batch_size: int = 32, int8: bool = False,
-             **options) -> Pipeline:
-    """A pipeline for `task` on `model` (a model directory, or a model from `bertfam.from_pretrained`).
-
-    task None: the model's own head decides (an encoder without a head gives "embed"). Aliases in the
-    transformers style are accepted ("text-classification", "token-classification", "question-answering",
-    "feature-extraction"). MRC options: max_length, doc_stride (default: the model's training windows).
-    int8: quantize the model (in place) for CPU inference (modeling/int8.py); off by default, an int8
-    checkpoint is int8 anyway."""
-    if model is None:
-        raise ConfigError("pipeline() needs model= (a model directory or a loaded model)")
-    if isinstance(model, str):
-        from ..checkpoint import from_pretrained
-
-        model = from_pretrained(model)
-    head = model.config.head.task
-    name = ALIASES.get(task, task) if task is not None else TASK_OF_HEAD.get(head, "embed")
-    if name not in PIPELINES:
-        raise ConfigError(f"unknown pipeline task {task!r}; valid: {', '.join(PIPELINES)} "
-                          f"(or {', '.join(ALIASES)})")
-    if name != "embed" and head not in HEADS_OF[name]:
-        raise ConfigError(f"a {name} pipeline needs a {' or '.join(HEADS_OF[name])} head; this model has "
-                          f"{'no head' if head is None else 'a ' + head + ' head'}"
-                          + (f" (its pipeline is {TASK_OF_HEAD[head]!r})" if head in TASK_OF_HEAD else ""))
-    if name == "ner" and "aggregation_strategy" in options:  # transformers' construction-time option
-        agg = options.pop("aggregation_strategy")
-        if agg not in NER_AGGREGATIONS:
-            raise ConfigError(f"aggregation_strategy must be one of {', '.join(NER_AGGREGATIONS)}, got {agg!r}")
-        pipe = PIPELINES[name](model, batch_size=batch_size, int8=int8)
-        pipe.default_options = {"aggregation_strategy": agg}
-        if options:
-            raise ConfigError(f"unknown ner pipeline option(s): {', '.join(sorted(options))}")
-        return pipe
-    if options and name != "mrc":
-        raise ConfigError(f"unknown {name} pipeline option(s): {', '.join(sorted(options))}")
-    unknown = set(options) - {"max_length", "doc_stride"}
-    if unknown:
-        raise ConfigError(f"unknown mrc pipeline option(s): {', '.join(sorted(unknown))}")
-    return PIPELINES[name](model, batch_size=batch_size, int8=int8, **options)

@@ -1,7 +1,8 @@
-"""The one task table: every fine-tuning task is a row (reader, kind, labels, metric, head).
+"""The one task table: every fine-tuning task is a row (reader, kind, labels, metric).
 
-kind: "single" (one text -> class), "pair" (two texts -> class), "regression" (pair -> score),
-"token" (characters -> tags). Adding a task = adding a row, not a script.
+kind: the row's task kind (tasks/kinds.py) as the table spells it: "single" (one text -> class), "pair"
+(two texts -> class), "regression" (pair -> score), "token" (characters -> tags); its head and its targets
+come from that kind's entry. Adding a task = adding a row, not a script.
 """
 from __future__ import annotations
 
@@ -11,18 +12,19 @@ from typing import Callable, Optional
 
 from ..data.clue import CLUE, read_clue, read_kbert_tsv
 from ..data.glue import GLUE, read_glue
-from ..data.labelled import Example, read_jsonl, read_tsv
+from ..data.labelled import Example
 from ..data.ner import read_char_tags, read_cluener, read_kbert_ner, read_ner
 from ..errors import ConfigError
 from ..evaluation.glue import GLUE_METRIC
+from .kinds import TaskKind, table_kind, table_kinds
 
-HEAD = {"single": "classification", "pair": "classification", "regression": "regression", "token": "token"}
+TEXT_COLUMNS = {"pair": 2}  # text columns a custom task of this table kind must name (others: one or two)
 
 
 @dataclass
 class TaskSpec:
     name: str
-    kind: str  # single | pair | regression | token
+    kind: str  # single | pair | regression | token: a task kind as the table spells it (tasks/kinds.py)
     reader: Callable[[str], list]  # path -> list[Example]
     labels: Optional[list] = None  # None: collected from the training file
     metric: str = "accuracy"  # key of bertfam.evaluation.metrics.METRICS
@@ -32,8 +34,12 @@ class TaskSpec:
     extra: dict = field(default_factory=dict)
 
     @property
+    def task_kind(self) -> TaskKind:
+        return table_kind(self.kind)
+
+    @property
     def head(self) -> str:
-        return HEAD[self.kind]
+        return self.task_kind.head
 
     def read(self, path: str) -> list[Example]:
         return self.reader(path)
@@ -71,41 +77,24 @@ def _kbert_rows() -> dict:
             for n in ("chnsenticorp", "book_review", "shopping")}
 
 
-TASKS: dict[str, TaskSpec] = {**_glue_rows(), **_clue_rows(), **_ner_rows(), **_kbert_rows()}
+TASK_TABLE: dict[str, TaskSpec] = {**_glue_rows(), **_clue_rows(), **_ner_rows(), **_kbert_rows()}
 
 
 def get_task(name: str) -> TaskSpec:
-    key = name.lower().replace("_", "-") if name.lower().replace("_", "-") in TASKS else name.lower()
+    key = name.lower().replace("_", "-") if name.lower().replace("_", "-") in TASK_TABLE else name.lower()
     aliases = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "mnli_mm": "mnli-mm", "msra_ner": "msra"}
     key = aliases.get(key, key)
-    if key not in TASKS:
-        raise ConfigError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}, or custom")
-    return TASKS[key]
+    if key not in TASK_TABLE:
+        raise ConfigError(f"unknown task {name!r}; known: {', '.join(sorted(TASK_TABLE))}, or custom")
+    return TASK_TABLE[key]
 
 
 def custom_task(fmt: str, kind: str, text_cols: list, label_col: Optional[str], labels: Optional[list] = None,
                 header: bool = True) -> TaskSpec:
     """A user's own TSV/JSONL: named (or numbered) text columns/fields, a label column, optional label list.
     kind "token": the file is a NER file (any format read_ner detects)."""
-    if kind not in HEAD:
-        raise ConfigError(f"custom task kind {kind!r} not in {', '.join(HEAD)}")
-    if kind == "token":
-        return TaskSpec("custom", "token", read_ner, labels, "entity_f1", "f1", suite="custom")
-    if not text_cols or len(text_cols) > 2:
-        raise ConfigError("custom task: give one or two text columns (--text-cols a[,b])")
-    if kind == "pair" and len(text_cols) != 2:
-        raise ConfigError("custom pair task: give two text columns")
-    if label_col is None:
-        raise ConfigError("custom task: give the label column (--label-col)")
-    reg = kind == "regression"
-    if fmt == "tsv":
-        def reader(p):
-            return read_tsv(p, text_cols, label_col, header=header, labels=labels, regression=reg)
-    elif fmt == "jsonl":
-        def reader(p):
-            return read_jsonl(p, text_cols, label_col, labels=labels, regression=reg)
-    else:
-        raise ConfigError(f"custom task format {fmt!r} not in tsv, jsonl")
-    metric = "corr" if reg else "accuracy"
-    return TaskSpec("custom", kind, reader, labels, metric, "corr" if reg else "accuracy", suite="custom",
-                    extra={"format": fmt, "text_cols": list(text_cols), "label_col": label_col, "header": header})
+    if kind not in table_kinds():
+        raise ConfigError(f"custom task kind {kind!r} not in {', '.join(table_kinds())}")
+    targets = table_kind(kind).targets
+    reader, extra = targets.custom_reader(fmt, text_cols, label_col, labels, header, TEXT_COLUMNS.get(kind))
+    return TaskSpec("custom", kind, reader, labels, targets.metric, targets.headline, suite="custom", extra=extra)
