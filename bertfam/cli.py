@@ -25,16 +25,10 @@ class DefaultsFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action) -> str:
         text = "" if action.help == DEFAULT_ONLY else (action.help or "")
         d = action.default
-        shown = "%(default)s"
-        if d is argparse.SUPPRESS and getattr(action, "config_defaults", None):
-            # an option left out takes the run config's default (e.g. PretrainConfig's), looked up only now
-            d = action.config_defaults().get(action.dest)
-            d = " ".join(map(str, d)) if isinstance(d, (tuple, list)) else d
-            shown = str(d).replace("%", "%%")
         if ("default" in text.lower() or not action.option_strings or d is None or d is argparse.SUPPRESS
                 or isinstance(d, bool) or action.nargs == 0 or d == ""):
-            return text
-        return f"{text} (default: {shown})" if text else f"(default: {shown})"
+            return text  # an option of a command with --config has its default in its help already (Flags)
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
 
 
 class Parser(argparse.ArgumentParser):
@@ -43,17 +37,40 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kw):
         kw.setdefault("formatter_class", DefaultsFormatter)
+        # what was added, kept in public attributes so that a walk over every command (tests) needs nothing of
+        # argparse's internals: every argument (those of groups included) and the sub-commands by name
+        self.arguments: list[argparse.Action] = []
+        self.commands: dict[str, "Parser"] = {}
         super().__init__(*args, **kw)
-
-    # a command whose options default to SUPPRESS (its run config fills them in) sets this to a callable
-    # returning {dest: default}, so that --help still shows the defaults
-    config_defaults = None
 
     def add_argument(self, *args, **kw):
         if "help" not in kw and args and str(args[0]).startswith("-"):
             kw["help"] = DEFAULT_ONLY  # an option without help still shows its default
         action = super().add_argument(*args, **kw)
-        action.config_defaults = self.config_defaults
+        self.arguments.append(action)
+        return action
+
+    def add_argument_group(self, *args, **kw):
+        return self._recorded(super().add_argument_group(*args, **kw))
+
+    def add_mutually_exclusive_group(self, **kw):
+        return self._recorded(super().add_mutually_exclusive_group(**kw))
+
+    def _recorded(self, group):
+        """The group, whose arguments are recorded in `arguments` too."""
+        add = group.add_argument
+
+        def add_argument(*args, **kw):
+            action = add(*args, **kw)
+            self.arguments.append(action)
+            return action
+
+        group.add_argument = add_argument
+        return group
+
+    def add_subparsers(self, **kw):
+        action = super().add_subparsers(**kw)
+        self.commands = action.choices  # name -> parser, filled as each sub-command's parser is added
         return action
 
     def error(self, message: str):

@@ -280,46 +280,6 @@ class HeadConfig:
         name = self.mrc_settings.verifier if self.task == "span" else None
         return [(name, True), (name + "-delta", False)] if name else []
 
-    @classmethod
-    def from_dict(cls, d: dict, source: str = "head") -> "HeadConfig":
-        """The head of a config.json mapping. A checkpoint written before the typed settings has
-        `head.extra` instead: its known keys go to `mrc` (span heads) / `finetune` (fine-tuned heads), the
-        rest (provenance, demo bookkeeping) to `info`."""
-        d = dict(d)
-        if "extra" in d:
-            d.update(legacy_extra(d.get("task"), d.pop("extra"), source))
-        return cls(**known_fields(cls, d, source))
-
-
-_MRC_KEYS = tuple(f.name for f in dataclasses.fields(MRCSettings))
-_FINETUNE_KEYS = ("task", "kind", "max_length", "kg", "custom")
-
-
-def legacy_extra(task: Optional[str], extra: Any, source: str = "head") -> dict:
-    """HeadConfig fields of an old `head.extra` mapping (checkpoints before the typed settings): the MRC keys
-    of a span head -> `mrc`, the fine-tuning record (it has a "task") -> `finetune`, the rest -> `info`."""
-    if extra is None:
-        return {}
-    if not isinstance(extra, dict):
-        raise ConfigError(f"{source}: extra must be a mapping, got {extra!r}")
-    rest = dict(extra)
-    out: dict = {}
-    try:
-        if task == "span":
-            mrc = {k: rest.pop(k) for k in _MRC_KEYS if k in rest}
-            if mrc:
-                out["mrc"] = MRCSettings.from_dict(mrc)
-        if rest.get("task"):
-            ft = {k: rest.pop(k) for k in _FINETUNE_KEYS if k in rest}
-            if not ft.get("custom"):
-                ft["custom"] = None  # an old token-kind custom task recorded {}
-            out["finetune"] = FinetuneSettings.from_dict(ft)
-    except ConfigError as e:
-        raise ConfigError(f"{e} (read from the old head.extra)") from None
-    if rest:
-        out["info"] = rest
-    return out
-
 
 def read_training_info(model_dir: str) -> dict:
     """training_info.json of a model directory ({} when it has none)."""
@@ -328,7 +288,7 @@ def read_training_info(model_dir: str) -> dict:
 
 
 def with_training_info(cfg: "ModelConfig", model_dir: str) -> "ModelConfig":
-    """cfg with model_dir's training_info.json in head.info (over what an old head.extra left there)."""
+    """cfg with model_dir's training_info.json in head.info."""
     info = read_training_info(model_dir)
     if info:
         cfg.head.info = {**cfg.head.info, **info}
@@ -369,7 +329,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.head, dict):
-            self.head = HeadConfig.from_dict(self.head, "head")
+            self.head = HeadConfig(**known_fields(HeadConfig, self.head, "head"))
         if self.quantization is not None:
             self.quantization = QuantizationConfig.from_dict(self.quantization)
         self.validate()
@@ -427,6 +387,8 @@ class ModelConfig:
     def from_dict(cls, d: dict, source: str = "config") -> "ModelConfig":
         d = dict(d)
         d.pop("bertfam_config_version", None)
+        if isinstance(d.get("head"), dict) and "extra" in d["head"]:  # before the typed task settings
+            raise old_format(source, "head.extra")
         try:
             return cls(**known_fields(cls, d, source))
         except TypeError as e:  # wrong value types that dataclass construction rejects
@@ -479,6 +441,13 @@ def check_max_length(cfg: ModelConfig, max_length: int, what: str = "max_length"
                           f"(max_position_embeddings {cfg.max_position_embeddings})")
 
 
+def old_format(path: str, what: str, target: Optional[str] = None) -> ConfigError:
+    """The one-line error of a file in a format of an older version: the file, what is old in it, and the
+    command that rewrites it (`bertfam upgrade`, of `target`: the file's directory unless given)."""
+    target = target if target is not None else (os.path.dirname(path) or ".")
+    return ConfigError(f"{path}: written by an older version ({what}); run: bertfam upgrade {target}")
+
+
 def known_fields(cls, d: dict, source: str) -> dict:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - names)
@@ -497,6 +466,26 @@ def read_json(path: str) -> dict:
         raise ConfigError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(d, dict):
         raise ConfigError(f"{path}: expected a JSON object")
+    return d
+
+
+def read_run_file(path: str) -> dict:
+    """The mapping in a JSON or YAML run file (ConfigError naming the file otherwise)."""
+    if not path.endswith((".yaml", ".yml")):
+        return read_json(path)
+    try:
+        import yaml
+    except ImportError:
+        raise ConfigError(f"{path}: YAML run files need PyYAML (pip install pyyaml)") from None
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: file not found")
+    with open(path, encoding="utf-8") as f:
+        try:
+            d = yaml.safe_load(f)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path}: expected a mapping")
     return d
 
 

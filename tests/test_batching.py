@@ -1,5 +1,5 @@
 """data/batching.py: length_batches, the one length-sorted batching of prediction (task evaluation, the MRC
-predictor and verifier, modeling.inference.predict_grouped)."""
+predictor and verifier)."""
 import pytest
 
 from bertfam.data.batching import length_batches

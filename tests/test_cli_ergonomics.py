@@ -17,11 +17,9 @@ def test_version(capsys):
 
 
 def _help(*cmd) -> str:
-    import argparse
-
     p = build_parser()
     for name in cmd:
-        p = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+        p = p.commands[name]
     return " ".join(p.format_help().split())  # argparse wraps lines: compare on single spaces
 
 
@@ -35,8 +33,8 @@ def test_help_shows_defaults():
 
 
 def test_pretrain_help_shows_its_run_configs_defaults():
-    """pretrain's options default to SUPPRESS (PretrainConfig, or a resumed run's own config, fills them in):
-    --help still shows PretrainConfig's values, and an option that has none (--max-steps) says nothing."""
+    """pretrain's options are generated from PretrainConfig's fields: --help shows its values, and an option
+    that has none (--max-steps) says nothing."""
     import dataclasses
 
     from bertfam.runners.pretrain import PretrainConfig
@@ -98,14 +96,10 @@ def test_mrc_train_summary_table_names_each_f1():
 
 
 def test_every_commands_help_renders_with_its_defaults():
-    import argparse
-
     def walk(p):
         yield p
-        for a in p._actions:
-            if isinstance(a, argparse._SubParsersAction):
-                for sub in a.choices.values():
-                    yield from walk(sub)
+        for sub in p.commands.values():
+            yield from walk(sub)
 
     parsers = list(walk(build_parser()))
     assert len(parsers) > 20

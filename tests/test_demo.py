@@ -23,6 +23,14 @@ def tiny_span_dir(tmp_path_factory):
     return d
 
 
+def first_demo_questions(monkeypatch, n: int) -> None:
+    """The demo answers only the first n demo questions (and the hand-written ones): a tiny model, fast."""
+    from bertfam.runners import demo
+
+    full = demo.demo_examples
+    monkeypatch.setattr(demo, "demo_examples", lambda: (full()[0][:n], full()[1]))
+
+
 def test_demo_data_is_the_checklist_demo():
     data = json.load(open(demo_data_path(), encoding="utf-8"))
     qas = [q for a in data["data"] for p in a["paragraphs"] for q in p["qas"]]
@@ -31,10 +39,11 @@ def test_demo_data_is_the_checklist_demo():
         assert a is None or a in p
 
 
-def test_demo_on_a_span_model(tiny_span_dir, capsys):
+def test_demo_on_a_span_model(tiny_span_dir, capsys, monkeypatch):
     from bertfam.runners.demo import run
 
-    r = run(str(tiny_span_dir), limit=10)  # the first 10 demo questions: 4 without an answer
+    first_demo_questions(monkeypatch, 10)
+    r = run(str(tiny_span_dir))  # the first 10 demo questions: 4 without an answer
     out = capsys.readouterr().out
     assert "长江全长大约多少公里" in out and "无答案" in out  # table rows (the reference column at least)
     assert "questions/s" in out and "bertfam serve --model" in out
@@ -74,7 +83,7 @@ def test_shipped_model_loads_and_answers():
     assert r["answerable"] and r["answer"] in "长江是中国第一长河，全长约6300公里，最后注入东海。"
 
 
-def test_demo_scores_held_out_questions_apart(tmp_path, tiny_span_dir, capsys):
+def test_demo_scores_held_out_questions_apart(tmp_path, tiny_span_dir, capsys, monkeypatch):
     """A model trained/tuned on some demo questions (training_info.json demo_seen_qids) gets a second score table
     over the untouched ones, with its own baseline."""
     from bertfam.data.mrc import read_mrc
@@ -88,14 +97,15 @@ def test_demo_scores_held_out_questions_apart(tmp_path, tiny_span_dir, capsys):
     m.save_pretrained(str(d))
     assert json.load(open(d / "training_info.json")) == {"demo_seen_qids": seen}
     assert "demo_seen_qids" not in (d / "config.json").read_text()
-    r = run(str(d), limit=10)
+    first_demo_questions(monkeypatch, 10)
+    r = run(str(d))
     out = capsys.readouterr().out
     assert "3 of these questions were used to train / tune this model; the 7 held-out ones (4 without" in out
     base = r["held_out"]['always "no answer"']
     assert base["F1"] == pytest.approx(100 * 4 / 7, abs=0.01) and base["F1_noans"] == 100.0
 
 
-def test_demo_prints_the_out_of_fold_score_beside_the_demos(tmp_path, tiny_span_dir, capsys):
+def test_demo_prints_the_out_of_fold_score_beside_the_demos(tmp_path, tiny_span_dir, capsys, monkeypatch):
     """A model whose training_info.json holds a cross-validation record (recipes/mrc_checklist_cv.py --final)
     gets that estimate printed after the demo's own scores."""
     from bertfam.runners.demo import run
@@ -107,7 +117,8 @@ def test_demo_prints_the_out_of_fold_score_beside_the_demos(tmp_path, tiny_span_
     m.config.head.info = dict(m.config.head.info, cross_validation=cv)
     d = tmp_path / "cv"
     m.save_pretrained(str(d))
-    r = run(str(d), limit=4)
+    first_demo_questions(monkeypatch, 4)
+    r = run(str(d))
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("out of fold"))
     assert "567 real DuReader-checklist dev questions (5 folds" in line

@@ -149,6 +149,53 @@ def test_finetune_run_file_and_command_line_reach_finetune_options(run_file):
     assert (opts.train.group_by_length, opts.train.keep_last, opts.train.epochs) == (False, 0, 3)
 
 
+def test_pretrain_run_file_and_command_line_reach_pretrain_config(run_file):
+    from bertfam.runners.pretrain import PretrainConfig
+
+    path = run_file({"corpus": "c.txt", "max_seq_len": 64, "lr": 0.01, "no_progress": True, "ernie_mix": [0, 0, 1]})
+    args = cli.build_parser().parse_args(["pretrain", "--config", path, "--lr", "3e-4", "--out", "o"])
+    args.func.merge(args)
+    pc = args.func.build(args)
+    assert isinstance(pc, PretrainConfig) and (pc.corpus, pc.max_seq_len, pc.ernie_mix) == (["c.txt"], 64, [0, 0, 1])
+    assert (pc.train.lr, pc.out, pc.train.progress) == (3e-4, "o", False)  # the command line's over the file's
+    assert (pc.train.warmup_ratio, pc.mask_rate) == (PretrainConfig.TRAIN_DEFAULTS["warmup_ratio"],
+                                                     PretrainConfig.mask_rate)  # pretrain's own defaults
+
+
+def _saved_run(tmp_path, pc) -> str:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "pretrain_config.json").write_text(json.dumps(pc.to_dict()))
+    return str(run)
+
+
+def test_a_resumed_runs_own_config_comes_between_the_defaults_and_the_run_file(tmp_path, run_file):
+    from bertfam.runners.pretrain import PretrainConfig
+
+    saved = PretrainConfig(corpus=["c.txt"], max_seq_len=32, mask_rate=0.2,
+                           train=PretrainConfig.default_train(out_dir="runs/a", lr=0.005, group_by_length=True))
+    run = _saved_run(tmp_path, saved)
+    path = run_file({"mask_rate": 0.3})
+    args = cli.build_parser().parse_args(["pretrain", "--resume", run, "--config", path, "--lr", "1e-3"])
+    args.func.merge(args)
+    pc = args.func.build(args)
+    assert (pc.max_seq_len, pc.out, pc.corpus) == (32, "runs/a", ["c.txt"])  # the resumed run's
+    assert pc.train.group_by_length is True  # a field without an option keeps the resumed run's value
+    assert (pc.mask_rate, pc.train.lr, pc.resume) == (0.3, 1e-3, run)  # the run file's, the command line's
+
+
+def test_an_old_format_saved_run_config_says_to_upgrade(tmp_path, capsys):
+    from bertfam.runners.pretrain import PretrainConfig
+
+    run = _saved_run(tmp_path, PretrainConfig())
+    cfg = os.path.join(run, "pretrain_config.json")
+    with open(cfg, "w") as f:  # as older versions wrote it: flat, with a retired testing field
+        json.dump({**PretrainConfig.flatten(PretrainConfig().to_dict()), "stop_after_step": 4}, f)
+    assert cli.main(["pretrain", "--resume", run]) == 2
+    assert capsys.readouterr().err == (f"bertfam: error: {cfg}: written by an older version (retired field(s) "
+                                       f"stop_after_step); run: bertfam upgrade {run}\n")
+
+
 # ------------------------------------------------------------------ a bad value in the run file
 @pytest.mark.parametrize("content, message", [
     ({"ratio": 2}, "ratio: must be a number in [0, 1], got 2"),

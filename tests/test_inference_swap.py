@@ -17,7 +17,7 @@ from .test_mrc_task import tiny_span_model
 
 @pytest.fixture
 def swapped(monkeypatch) -> list:
-    """The models optimize.py's swap was asked to change (restore_plain included)."""
+    """The models optimize.py's swap was asked to change."""
     seen = []
     real = optimize._swap
 

@@ -17,7 +17,7 @@ from bertfam.errors import CheckpointError, ConfigError
 from bertfam.modeling import int8 as int8_mod
 from bertfam.modeling import optimize
 from bertfam.modeling.int8 import Int8Embedding, Int8Linear, Int8MLMPredictor, is_int8, quantize_int8
-from bertfam.modeling.optimize import optimize_for_inference, restore_plain, reuses_buffers
+from bertfam.modeling.optimize import optimize_for_inference, reuses_buffers
 
 from .conftest import FIXTURES, ZH_VOCAB, cli
 from .test_varlen import HEADS, _batch
@@ -157,8 +157,6 @@ def test_inference_only_and_no_way_back(tiny_cfg):
     with pytest.raises(bertfam.UnsupportedError, match="inference only .*model.eval"):
         model(**kw)
     model.eval()
-    with pytest.raises(ValueError, match="int8.*float weights"):
-        restore_plain(model)
     with pytest.raises(ValueError, match="int8 and compile"):
         optimize_for_inference(model, compile=True)
     with pytest.raises(ValueError, match="int8 and compile"):
@@ -374,7 +372,7 @@ def test_int8_flags_predict_evaluate_embed(dirs, tmp_path, capsys, int8_calls):
     assert rc == 0 and not int8_calls  # int8 is never the default
 
 
-def test_int8_flags_mrc_predict_ask_and_demo(dirs, tmp_path, capsys, int8_calls):
+def test_int8_flags_mrc_predict_ask_and_demo(dirs, tmp_path, capsys, int8_calls, monkeypatch):
     dev = os.path.join(FIXTURES, "mrc", "checklist_demo_cut.json")
     pred = tmp_path / "pred.json"
     rc, out, _ = cli(capsys, "mrc", "predict", "--model", dirs["span"], "--data", dev, "--out", pred, "--int8")
@@ -386,7 +384,10 @@ def test_int8_flags_mrc_predict_ask_and_demo(dirs, tmp_path, capsys, int8_calls)
     int8_calls.clear()
     from bertfam.runners.demo import run
 
-    run(dirs["span"], limit=2, int8=True)
+    from .test_demo import first_demo_questions
+
+    first_demo_questions(monkeypatch, 2)
+    run(dirs["span"], int8=True)
     out = capsys.readouterr().out
     assert int8_calls and "parameters, int8\n" in out and "--int8 --port" in out
 

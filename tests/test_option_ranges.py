@@ -12,21 +12,33 @@ PARSER = cli.build_parser()
 
 
 def _commands(parser, prefix=()):
-    """(argv prefix, parser) of the root and of every sub-command, recursively."""
+    """(argv prefix, parser) of the root and of every sub-command, recursively (cli.Parser.commands)."""
     yield prefix, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            seen = set()
-            for name, sub in action.choices.items():
-                if id(sub) not in seen:  # aliases map to the same parser
-                    seen.add(id(sub))
-                    yield from _commands(sub, prefix + (name,))
+    seen = set()
+    for name, sub in parser.commands.items():
+        if id(sub) not in seen:  # aliases map to the same parser
+            seen.add(id(sub))
+            yield from _commands(sub, prefix + (name,))
 
 
 COMMANDS = list(_commands(PARSER))
-OPTIONS = [(prefix, parser, a) for prefix, parser in COMMANDS for a in parser._actions
+OPTIONS = [(prefix, parser, a) for prefix, parser in COMMANDS for a in parser.arguments
            if a.option_strings and a.type is not None]
 RANGED = [o for o in OPTIONS if isinstance(o[2].type, NumberRange)]
+
+
+def outside(t: NumberRange) -> list[str]:
+    """Values just outside the range (as typed on a command line): what the tests feed the option."""
+    def fmt(v) -> str:
+        return str(int(v)) if float(v).is_integer() else str(v)
+
+    bad = []
+    if t.lo is not None:
+        step = 0 if t.lo_open else (1 if t.kind is int else 0.5)
+        bad += [fmt(t.lo - step)] + (["-5"] if -5 < t.lo - step else [])
+    if t.hi is not None:
+        bad.append(fmt(t.hi + (0 if t.hi_open else (1 if t.kind is int else 0.5))))
+    return bad + (["inf", "nan"] if t.kind is float else ["1.5"])
 
 
 def _id(o) -> str:
@@ -70,7 +82,7 @@ def test_every_numeric_option_is_range_checked():
 def test_out_of_range_value_is_one_usage_error(capsys, option):
     prefix, parser, action = option
     names = "/".join(action.option_strings)
-    for bad in action.type.outside():
+    for bad in outside(action.type):
         err = _parse_error(capsys, _argv(prefix, action, bad))
         lines = err.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in err, err  # one line: no usage block burying it

@@ -85,8 +85,11 @@ def test_kill_and_resume_gives_identical_weights(tiny, tmp_path, capsys):
                        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=600)
     assert r.returncode == 137, (r.returncode, r.stderr)  # hard-killed right after checkpoint step-4
     assert (part / "checkpoints" / "step-4").is_dir() and not (part / "model.safetensors").exists()
-    run_cfg = part / "pretrain_config.json"  # as older versions wrote it: their retired field must not block resume
+    run_cfg = part / "pretrain_config.json"  # as older versions wrote it, with a retired field: upgraded first
     run_cfg.write_text(json.dumps({**json.loads(run_cfg.read_text()), "stop_after_step": 4}), encoding="utf-8")
+    rc, _, err = cli(capsys, "pretrain", "--resume", part, "--no-progress", "--threads", "1")
+    assert rc == 2 and err.strip().endswith(f"run: bertfam upgrade {part}"), err
+    assert cli(capsys, "upgrade", part)[0] == 0
     rc, _, err = cli(capsys, "pretrain", "--resume", part, "--no-progress", "--threads", "1")
     assert rc == 0, err
     a, b = _weights(full), _weights(part)
@@ -111,7 +114,7 @@ def test_resuming_a_finished_run_changes_nothing(tiny, tmp_path, capsys):
     assert after.keys() == before.keys() and all(after[k] == before[k] for k in before)  # no step-4, no rotation
 
 
-def test_saved_run_config_nested_old_flat_and_as_run_file(tiny, tmp_path, capsys):
+def test_saved_run_config_nested_upgraded_flat_and_as_run_file(tiny, tmp_path, capsys):
     from bertfam.runners.pretrain import PretrainConfig
 
     out = tmp_path / "run"
@@ -124,8 +127,12 @@ def test_saved_run_config_nested_old_flat_and_as_run_file(tiny, tmp_path, capsys
     assert flat["out"] == str(out) and flat["max_steps"] == 2 and "train" not in flat
     assert PretrainConfig.from_dict(flat) == PretrainConfig.from_dict(saved)
     (out / "pretrain_config.json").write_text(json.dumps(flat), encoding="utf-8")
-    rc, stdout, err = cli(capsys, "pretrain", "--resume", out / "checkpoints" / "step-2", "--max-steps", "3",
-                          "--no-progress", "--threads", "1")  # an old flat file, found from a checkpoint
+    resume = ("pretrain", "--resume", out / "checkpoints" / "step-2", "--max-steps", "3", "--no-progress",
+              "--threads", "1")  # an old flat file, found from a checkpoint: refused until upgraded
+    rc, _, err = cli(capsys, *resume)
+    assert rc == 2 and err.strip().endswith(f"run: bertfam upgrade {out}"), err
+    assert cli(capsys, "upgrade", out)[0] == 0
+    rc, stdout, err = cli(capsys, *resume)
     assert rc == 0, err
     assert "pre-trained 3 steps" in stdout and f"model in {out}" in stdout
     resumed = json.loads((out / "pretrain_config.json").read_text())
@@ -209,7 +216,8 @@ def test_bad_input_gives_one_line_errors(tiny, tmp_path, capsys, caplog):
     (tmp_path / "old.yaml").write_text("stop_after_step: 4\n", encoding="utf-8")
     cases = [
         (("--config", tmp_path / "run.yaml"), "run.yaml: unknown field(s) bogus_option"),
-        (("--config", tmp_path / "old.yaml"), "old.yaml: unknown field(s) stop_after_step"),  # a retired field
+        (("--config", tmp_path / "old.yaml"), "old.yaml: written by an older version (retired field(s) "
+                                              "stop_after_step); run: bertfam upgrade"),  # a retired field
         (("--corpus", empty), "no usable text"),
         (("--corpus", tmp_path / "missing.txt"), "missing.txt: corpus file not found"),
         (("--max-seq-len", "512"), "max_seq_len 512 exceeds the model's 64 positions"),

@@ -20,7 +20,7 @@ MM_VOCAB = os.path.join(FIXTURES, "multimodal", "vocab.txt")
 
 
 def _options(parser) -> set:
-    return {s for a in parser._actions for s in a.option_strings}
+    return {s for a in parser.arguments for s in a.option_strings}
 
 
 def test_every_training_command_has_config_threads_and_grad_accum():
@@ -201,29 +201,38 @@ def test_pretrain_modality_hands_the_run_file_to_multimodal(tmp_path, tiny, trai
     assert trainer_config["cfg"].grad_accum == 3 and trainer_config["threads"] == [1]
 
 
-# ------------------------------------------------------------------ multimodal: --config once named the model
-@pytest.mark.parametrize("value", ["bert-tiny", "mm.json"])
-def test_multimodal_config_given_a_model_config_is_read_as_model_config(monkeypatch, caplog, tmp_path, tiny,
-                                                                        value):
+# ------------------------------------------------------------------ multimodal: --config is a run file
+def test_multimodal_run_file_and_command_line(monkeypatch, tmp_path):
     import bertfam.multimodal.pretrain as mp
 
     seen = {}
     monkeypatch.setattr(mp, "pretrain_multimodal", lambda *a, **kw: seen.update(kw) or {})
+    (tmp_path / "run.json").write_text(json.dumps({"model_config": "bert-mini", "lr": 0.01, "mask_rate": 0.3,
+                                                   "sample_rate": 8000}))
+    argv = ["multimodal", "pretrain", "--modality", "image", "--features", "f", "--out", "o"]
+    assert cli.main([*argv, "--config", str(tmp_path / "run.json"), "--lr", "0.02", "--seed", "7"]) == 0
+    assert seen["config"] == "bert-mini" and seen["mask_rate"] == 0.3 and seen["audio"].sample_rate == 8000
+    assert seen["train"].lr == 0.02  # the command line's over the run file's
+    assert seen["seed"] == seen["train"].seed == 7 and seen["train"].epochs == 10  # the multimodal defaults
+
+
+@pytest.mark.parametrize("prefix", [("multimodal", "pretrain"), ("multimodal", "finetune"), ("pretrain",),
+                                    ("pretrain-data",)], ids=" ".join)
+def test_a_bad_run_file_value_of_a_generated_option_is_one_line(capsys, tmp_path, prefix):
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"mask_rate": 1.5} if "finetune" not in prefix else {"doc_stride": -1}))
+    assert cli.main([*prefix, "--config", str(run)]) == 2
+    err = capsys.readouterr().err
+    message = "doc_stride: must be an integer >= 0, got -1" if "finetune" in prefix else \
+        "mask_rate: must be a number in (0, 1), got 1.5"
+    assert err == f"bertfam: error: {run}: {message}\n", err
+
+
+@pytest.mark.parametrize("value", ["bert-tiny", "mm.json"])
+def test_multimodal_config_is_a_run_file_never_a_model_config(capsys, tmp_path, tiny, value):
+    """--config once also took a model config (a preset name or config JSON); it is a run file only."""
     spec = value if value == "bert-tiny" else str(tiny / value)
     assert cli.main(["multimodal", "pretrain", "--modality", "image", "--features", "f", "--out", "o",
-                     "--config", spec]) == 0
-    assert seen["config"] == spec
-    assert f"--config {spec} is a model config: read as --model-config" in caplog.text
-
-
-def test_multimodal_run_file_and_model_config_together(monkeypatch, capsys, tmp_path, tiny):
-    import bertfam.multimodal.pretrain as mp
-
-    seen = {}
-    monkeypatch.setattr(mp, "pretrain_multimodal", lambda *a, **kw: seen.update(kw) or {})
-    (tmp_path / "run.json").write_text(json.dumps({"model_config": "bert-mini", "lr": 0.01}))
-    argv = ["multimodal", "pretrain", "--modality", "image", "--features", "f", "--out", "o"]
-    assert cli.main([*argv, "--config", str(tmp_path / "run.json")]) == 0
-    assert seen["config"] == "bert-mini" and seen["train"].lr == 0.01
-    assert cli.main([*argv, "--config", "bert-tiny", "--model-config", "bert-mini"]) == 2
-    assert "drop --config" in capsys.readouterr().err
+                     "--config", spec]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"bertfam: error: {spec}: "), err

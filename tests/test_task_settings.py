@@ -1,17 +1,15 @@
 """Typed task settings on the head (head.mrc: MRCSettings, head.finetune: FinetuneSettings) instead of the old
-free-form head.extra, each default defined once; provenance in training_info.json beside config.json."""
-import dataclasses
+free-form head.extra (tests/test_upgrade.py: `bertfam upgrade` rewrites it), each default defined once;
+provenance in training_info.json beside config.json."""
 import inspect
 import json
 import os
-import shutil
 
 import pytest
 
 import bertfam
 from bertfam import HeadConfig, ModelConfig, Tokenizer, build_model, preset
-from bertfam.config import (TRAINING_INFO_FILE, CustomTaskSettings, FinetuneSettings, MRCSettings,
-                            read_training_info)
+from bertfam.config import TRAINING_INFO_FILE, FinetuneSettings, MRCSettings, read_training_info
 from bertfam.errors import ConfigError
 
 from .conftest import ROOT, ZH_VOCAB
@@ -25,55 +23,7 @@ def _span_cfg(**head) -> ModelConfig:
                   head=HeadConfig(task="span", **head))
 
 
-def _old_style(cfg: ModelConfig, extra: dict) -> dict:
-    """config.json as bertfam wrote it before the typed settings."""
-    d = cfg.to_dict()
-    for k in ("mrc", "finetune", "label_descriptions"):
-        d["head"].pop(k)
-    d["head"]["extra"] = extra
-    return d
-
-
-# ------------------------------------------------------------------ old checkpoints
-def test_old_span_extra_loads_into_typed_fields_with_the_same_values():
-    extra = {"use_title": False, "max_length": 256, "doc_stride": 96, "null_threshold": 2.5,
-             "answerable_threshold": 0.9, "max_answer_length": 48, "thresholds_tuned_on": "dev.json",
-             "tuned_dev_f1": 53.3, "demo_seen_qids": ["a", "b"]}
-    cfg = ModelConfig.from_dict(_old_style(_span_cfg(), extra))
-    assert cfg.head.mrc == MRCSettings(max_length=256, doc_stride=96, use_title=False, null_threshold=2.5,
-                                       answerable_threshold=0.9, max_answer_length=48)
-    assert cfg.head.info == {"thresholds_tuned_on": "dev.json", "tuned_dev_f1": 53.3, "demo_seen_qids": ["a", "b"]}
-    assert cfg.head.finetune is None and "extra" not in cfg.to_dict()["head"]
-
-
-def test_old_finetune_extra_loads_into_finetune_settings():
-    base = preset("bert-tiny", head=HeadConfig(task="classification", labels=["a", "b"]))
-    old = {"task": "custom", "kind": "pair", "max_length": 64, "kg": ["kg.spo"],
-           "custom": {"format": "jsonl", "text_cols": ["q", "a"], "label_col": "y", "header": True}}
-    ft = ModelConfig.from_dict(_old_style(base, old)).head.finetune
-    assert ft == FinetuneSettings(task="custom", kind="pair", max_length=64, kg=["kg.spo"],
-                                  custom=CustomTaskSettings("jsonl", ["q", "a"], "y", True))
-    # a GLUE task (no custom part), and a token-kind custom task that recorded "custom": {}
-    assert ModelConfig.from_dict(_old_style(base, {"task": "sst2", "kind": "single", "max_length": 128,
-                                                   "kg": None})).head.finetune == FinetuneSettings("sst2")
-    tok = ModelConfig.from_dict(_old_style(base, {"task": "custom", "kind": "token", "max_length": 32, "kg": None,
-                                                  "custom": {}})).head.finetune
-    assert tok.custom is None and tok.kind == "token" and tok.max_length == 32
-
-
-def test_an_old_finetuned_directory_evaluates_with_its_recorded_length(tmp_path):
-    from bertfam.runners.finetune import _load_finetuned, task_from_config
-
-    m = build_model(preset("bert-tiny", vocab_size=Tokenizer.from_vocab(ZH_VOCAB).vocab_size,
-                           head=HeadConfig(task="classification", labels=["0", "1"])), seed=0)
-    m.save_pretrained(str(tmp_path), tokenizer=Tokenizer.from_vocab(ZH_VOCAB))
-    cpath = tmp_path / "config.json"
-    cpath.write_text(json.dumps(_old_style(m.config, {"task": "sst2", "kind": "single", "max_length": 40,
-                                                      "kg": None})))
-    model, spec, builder = _load_finetuned(str(tmp_path), None, None, None)
-    assert spec.name == "sst2" and task_from_config(model.config).name == "sst2" and builder.max_length == 40
-
-
+# ------------------------------------------------------------------ the shipped model
 def test_the_shipped_model_has_the_new_layout_and_its_old_values():
     d = json.load(open(f"{SHIPPED}/config.json"))
     assert "extra" not in d["head"]
@@ -96,21 +46,6 @@ def test_the_shipped_model_has_the_new_layout_and_its_old_values():
     cv = info["cross_validation"]
     assert (cv["questions"], cv["folds"], cv["oof_f1"], cv["baseline_f1"]) == (567, 5, 57.3, 52.6)
     assert cv["label"] == "fused signals (logistic regression)"
-
-
-def test_an_old_copy_of_the_shipped_model_reads_the_same(tmp_path):
-    """The shipped model's config.json as it was before (head.extra), without training_info.json: the same
-    typed settings and the same info, now read from the old extra."""
-    old = tmp_path / "old"
-    shutil.copytree(SHIPPED, old, ignore=shutil.ignore_patterns("model.safetensors", TRAINING_INFO_FILE))
-    from bertfam.checkpoint import load_config
-
-    new = load_config(SHIPPED)[0]
-    d = new.to_dict()
-    (old / "config.json").write_text(json.dumps(_old_style(new, {**dataclasses.asdict(new.head.mrc),
-                                                                **read_training_info(SHIPPED)})))
-    back = load_config(str(old))[0]
-    assert back == new and back.head.info == new.head.info and back.to_dict() == d
 
 
 # ------------------------------------------------------------------ one default each
@@ -188,8 +123,6 @@ def test_bad_settings_values_and_keys():
         FinetuneSettings(task="x", kg=[3])
     with pytest.raises(ConfigError, match=r"head\.finetune\.custom\.header must be true or false"):
         HeadConfig(finetune={"task": "custom", "custom": {"header": "yes"}})
-    with pytest.raises(ConfigError, match=r"head\.mrc\.max_length must be an integer.*old head\.extra"):
-        ModelConfig.from_dict(_old_style(_span_cfg(), {"max_length": "256"}))
     # ints are numbers: a JSON threshold written as 1 is 1.0
     assert MRCSettings(null_threshold=1).null_threshold == 1.0
 

@@ -242,21 +242,6 @@ def test_unpad_repad_roundtrip():
     assert p.first.tolist() == [0, 2, 3]
 
 
-def test_length_grouped_prediction_keeps_order():
-    """predict_grouped runs on data.batching.length_batches (tests/test_batching.py) in inference mode."""
-    from bertfam.modeling.inference import predict_grouped
-
-    lengths = [5, 50, 7, 49, 6, 51, 8]
-    seen_modes = []
-
-    def fn(idx):
-        seen_modes.append(torch.is_inference_mode_enabled())
-        return [lengths[i] * 10 for i in idx]
-
-    assert predict_grouped(fn, lengths, batch_size=3) == [x * 10 for x in lengths]
-    assert seen_modes and all(seen_modes)
-
-
 # ---------------------------------------------------------------- scratch buffers (optimize_for_inference)
 @pytest.mark.parametrize("family", sorted(FAMILY_CFGS))
 @pytest.mark.parametrize("act", ["gelu", "relu", "gelu_new"])
@@ -323,13 +308,12 @@ def test_scratch_buffers_off_under_autocast(tiny_cfg):
     assert not optimize.buffers_allowed()  # grad on
 
 
-def test_compile_layers_turns_buffer_reuse_off(tiny_cfg):
-    """compile_layers wraps attn_residual / ffn_block; the buffer-reusing forward would bypass them."""
-    from bertfam.modeling.inference import compile_layers
+def test_compile_turns_buffer_reuse_off(tiny_cfg):
+    """compile=True wraps attn_residual / ffn_block; the buffer-reusing forward would bypass them."""
     from bertfam.modeling.optimize import is_compiled, optimize_for_inference, reuses_buffers
     model = optimize_for_inference(bertfam.build_model(tiny_cfg, seed=0).eval())
     assert reuses_buffers(model)
-    compile_layers(model)  # wrapping is lazy: nothing compiles until a call
+    optimize_for_inference(model, compile=True)  # wrapping is lazy: nothing compiles until a call
     assert not reuses_buffers(model) and is_compiled(model.backbone.encoder)
     optimize_for_inference(model)  # a compiled model stays compiled
     assert not reuses_buffers(model) and is_compiled(model.backbone.encoder)

@@ -49,16 +49,6 @@ class NumberRange:
             return f"{what} {'<' if self.hi_open else '<='} {hi}"
         return what
 
-    def outside(self) -> list[str]:
-        """Values just outside the range (as typed on a command line): what tests feed the option."""
-        bad = []
-        if self.lo is not None:
-            step = 0 if self.lo_open else (1 if self.kind is int else 0.5)
-            bad += [_fmt(self.lo - step)] + (["-5"] if -5 < self.lo - step else [])
-        if self.hi is not None:
-            bad.append(_fmt(self.hi + (0 if self.hi_open else (1 if self.kind is int else 0.5))))
-        return bad + (["inf", "nan"] if self.kind is float else ["1.5"])
-
     def __repr__(self) -> str:
         return f"NumberRange({self.describe()})"
 
@@ -124,24 +114,14 @@ OPTIMIZATION_FLAGS = {
 KEEP_LAST_HELP = "checkpoints kept under OUT/checkpoints, oldest removed first (0: all; default {})"
 LEAN_HELP = "checkpoints hold the weights only (a third of the size); they cannot be resumed"
 FINAL_ONLY_HELP = "write no OUT/checkpoints, only the final model (and OUT/best when dev selects one)"
-# what a run's checkpoints keep (see add_checkpoint_args), for an argument group "checkpoints"
+# what a run's checkpoints keep, for an argument group "checkpoints": a checkpoint with optimizer state is three
+# times the model's size (AdamW keeps two moments per weight), so a short fine-tune can leave several times its
+# model on disk; these trade resuming for space
 CHECKPOINT_FLAGS = {
     "train.keep_last": Flag(non_negative_int, KEEP_LAST_HELP.format("%(default)s"), metavar="N"),
     "train.save_optimizer_state": Flag(help=LEAN_HELP, name="--no-optimizer-state"),
     "train.checkpoints": Flag(help=FINAL_ONLY_HELP, name="--final-only"),
 }
-
-
-def add_checkpoint_args(p, *, keep_last: int = 2) -> None:
-    """--keep-last --no-optimizer-state --final-only (TrainConfig fields of the same dest names).
-
-    A checkpoint with optimizer state is three times the model's size (AdamW keeps two moments per
-    weight), so a short fine-tune can leave several times its model on disk; these trade resuming for space."""
-    g = p.add_argument_group("checkpoints")
-    g.add_argument("--keep-last", type=non_negative_int, default=keep_last, metavar="N",
-                   help=KEEP_LAST_HELP.format(keep_last))
-    g.add_argument("--no-optimizer-state", dest="save_optimizer_state", action="store_false", help=LEAN_HELP)
-    g.add_argument("--final-only", dest="checkpoints", action="store_false", help=FINAL_ONLY_HELP)
 
 
 def check_checkpoints(args) -> None:
@@ -168,10 +148,6 @@ def train_config(args, base=None, **fixed):
 
 def add_threads_arg(p) -> None:
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's own)")
-
-
-def add_grad_accum_arg(p) -> None:
-    p.add_argument("--grad-accum", type=positive_int, default=1, metavar="N", help=GRAD_ACCUM_HELP)
 
 
 def set_threads(args) -> None:

@@ -1,4 +1,4 @@
-"""Core commands: info, convert, vocab, demo (the jobs: runners.core, runners.demo)."""
+"""Core commands: info, convert, vocab, demo, upgrade (the jobs: runners.core, runners.demo, runners.upgrade)."""
 from __future__ import annotations
 
 from .common import positive_int
@@ -40,6 +40,11 @@ def register(sub) -> None:
     p.add_argument("--int8", action="store_true", help="run the model in int8 (quantized weights and activations)")
     p.set_defaults(func=_demo)
 
+    p = sub.add_parser("upgrade", help="rewrite model and run files of older versions in the current format")
+    p.add_argument("paths", nargs="+", metavar="DIR",
+                   help="model or run directories (searched for config.json and pretrain_config.json), or run files")
+    p.set_defaults(func=_upgrade)
+
 
 def _info(args) -> int:
     from ..runners.core import describe_checkpoint
@@ -71,4 +76,12 @@ def _demo(args) -> int:
     from ..runners.demo import run
 
     run(args.model, int8=args.int8)
+    return 0
+
+
+def _upgrade(args) -> int:
+    from ..runners.upgrade import UpgradeConfig, run_upgrade
+
+    for path, change in run_upgrade(UpgradeConfig(paths=args.paths)):
+        print(f"{path}: {change}")
     return 0

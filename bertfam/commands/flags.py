@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import collections.abc
 import dataclasses
-import os
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -31,8 +30,10 @@ class Flag:
     type: Optional[Callable[[str], Any]] = None  # a numeric field needs a range check (commands.common)
     help: Optional[str] = None  # %(default)s: the field's default
     name: Optional[str] = None  # the option when not --field-name; a field that is True by default needs one
-    metavar: Optional[str] = None
+    metavar: Optional[Any] = None  # a name, or a tuple of names for a fixed number of values
     choices: Optional[tuple] = None
+    nargs: Optional[int] = None  # a sequence of exactly this many values (default: one or more)
+    required: bool = False  # required although the field has a default (which then means nothing here)
 
 
 class Flags:
@@ -104,9 +105,10 @@ class Flags:
         return self.func(args) if self.config is None else self.func(args, self.build(args))
 
     # ------------------------------------------------------------------ merging
-    def merge(self, args) -> None:
-        """Set every option in `args`: its default, over that the run file's value, over that the command
-        line's; then what is required must be there."""
+    def merge(self, args) -> dict:
+        """Set every option in `args`: its default, over that `base`'s value, over that the run file's, over
+        that the command line's; then what is required must be there. Returns what the run file and the
+        command line gave, by destination."""
         given = {dest: getattr(args, dest) for dest in self.options if hasattr(args, dest)}
         path = getattr(args, "config", None)
         from_file = self.read(path) if path else {}
@@ -114,12 +116,21 @@ class Flags:
             if given.keys() & set(members):
                 from_file = {k: v for k, v in from_file.items() if k not in members}
         defaults = {dest: d for dest, d in self.defaults.items() if d is not argparse.SUPPRESS}
-        for dest, v in {**defaults, **from_file, **given}.items():
+        explicit = {**from_file, **given}
+        for dest, v in {**defaults, **self.base(explicit), **explicit}.items():
             setattr(args, dest, v)
         self.check_required(args, path)
+        return explicit
+
+    def base(self, explicit: dict) -> dict:
+        """Values by destination that come between the defaults and the run file, given what the run file and
+        the command line set (`explicit`): none here; a resumed run's own config in `bertfam pretrain`."""
+        return {}
 
     def load(self, path: str) -> dict:
         """The file's mapping (a subclass may rewrite it into option keys first)."""
+        from ..config import read_run_file
+
         return read_run_file(path)
 
     def read(self, path: str) -> dict:
@@ -163,9 +174,10 @@ class Flags:
         return self.options[dest].option_strings[-1]
 
     # ------------------------------------------------------------------ the run config
-    def build(self, args):
+    def build(self, args, start=None):
         """The run config of the merged options: each generated field set from its option, the others at
-        `config`'s defaults (a nested dataclass: its default with the options' fields replaced)."""
+        `config`'s defaults (a nested dataclass: its default with the options' fields replaced), or at
+        `start`'s values when given (a config of the same type: a resumed run's)."""
         own, nested = {}, {}
         for dest, path in self.paths.items():
             if len(path) == 1:
@@ -173,8 +185,9 @@ class Flags:
             else:
                 nested.setdefault(path[0], {})[path[1]] = getattr(args, dest)
         for name, values in nested.items():
-            own[name] = dataclasses.replace(_field_default(self.config, name), **values)
-        return self.config(**own)
+            inner = _field_default(self.config, name) if start is None else getattr(start, name)
+            own[name] = dataclasses.replace(inner, **values)
+        return self.config(**own) if start is None else dataclasses.replace(start, **own)
 
 
 class _Group:
@@ -193,14 +206,16 @@ class _Group:
 def _help(text: Optional[str], default, flag: bool, required: bool) -> str:
     """The option's help with its real default written in (argparse's default is about to be SUPPRESS)."""
     text = "" if text in (None, DEFAULT_ONLY) else text
-    shown = str(default).replace("%", "%%")
+    # a sequence as the command line gives it, one value after another (an empty one: no default to show)
+    shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+    shown = shown.replace("%", "%%")
     text = text.replace("%(default)s", shown)
     if (default is not None and default is not argparse.SUPPRESS and not isinstance(default, bool) and not flag
-            and "default" not in text.lower()):
+            and shown and "default" not in text.lower()):
         text = (text + " " if text else "") + f"(default: {shown})"
     if required:
         text = (text + "; " if text else "") + "required (here or in --config)"
-    return text or DEFAULT_ONLY  # the formatter may still find a default (cli.Parser.config_defaults)
+    return text or DEFAULT_ONLY  # argparse leaves out an empty help: this one shows as nothing
 
 
 def _key(option: str) -> str:
@@ -244,7 +259,7 @@ def _argument(field: str, hint, default, spec: Flag) -> tuple[tuple[str], dict]:
     """add_argument's (names, keyword arguments) for a field."""
     name = spec.name or "--" + field.replace("_", "-")
     kw: dict[str, Any] = {"dest": field, "help": spec.help}
-    if default is dataclasses.MISSING:
+    if default is dataclasses.MISSING or spec.required:
         kw["required"] = True
     else:
         kw["default"] = default
@@ -254,7 +269,7 @@ def _argument(field: str, hint, default, spec: Flag) -> tuple[tuple[str], dict]:
             raise TypeError(f"{field} is True by default: give its flag a name (e.g. --no-{field.replace('_', '-')})")
         return (name,), {**kw, "action": "store_false" if default else "store_true"}
     if typing.get_origin(hint) in (list, tuple, collections.abc.Sequence) or hint in (list, tuple):
-        kw["nargs"] = "+"
+        kw["nargs"] = spec.nargs or "+"
         hint = (typing.get_args(hint) or (str,))[0]
     if hint in (int, float) and spec.type is None:  # every numeric option is range-checked (test_option_ranges)
         raise TypeError(f"{field}: a numeric option needs Flag(type=...) with its range")
@@ -270,30 +285,6 @@ def _not_optional(hint):
         rest = [a for a in args if a is not type(None)]
         return rest[0] if len(rest) == 1 else hint
     return hint
-
-
-# ------------------------------------------------------------------ run files (--config)
-def read_run_file(path: str) -> dict:
-    """The mapping in a JSON or YAML run file (ConfigError naming the file otherwise)."""
-    from ..config import read_json
-    from ..errors import ConfigError
-
-    if not path.endswith((".yaml", ".yml")):
-        return read_json(path)
-    try:
-        import yaml
-    except ImportError:
-        raise ConfigError(f"{path}: YAML run files need PyYAML (pip install pyyaml)") from None
-    if not os.path.isfile(path):
-        raise ConfigError(f"{path}: file not found")
-    with open(path, encoding="utf-8") as f:
-        try:
-            d = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(d, dict):
-        raise ConfigError(f"{path}: expected a mapping")
-    return d
 
 
 def _file_value(action, v):

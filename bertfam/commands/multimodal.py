@@ -3,46 +3,48 @@
 Each sub-command turns its options into a `runners.multimodal` config and runs it there."""
 from __future__ import annotations
 
+import dataclasses
 import json
-import logging
-import os
 
-from .common import (add_checkpoint_args, add_grad_accum_arg, add_threads_arg, check_window, float_range,
-                     non_negative_int, open_fraction, positive_float, positive_int, probability, seed, set_threads,
-                     train_config)
-from .flags import Flags
-
-log = logging.getLogger("bertfam")
+from .common import (CHECKPOINT_FLAGS, OPTIMIZATION_FLAGS, add_threads_arg, check_checkpoints, check_window,
+                     float_range, non_negative_int, open_fraction, positive_float, positive_int, probability, seed,
+                     set_threads, train_config)
+from .flags import Flag, Flags
 
 
-def _train_args(p) -> None:
-    p.add_argument("--features", required=True, metavar="DIR", help="directory with manifest.jsonl and feature files")
-    p.add_argument("--manifest", default=None, help="manifest file (default: DIR/manifest.jsonl)")
-    p.add_argument("--out", required=True, help="run directory")
-    p.add_argument("--vocab", default=None, help="vocab.txt or tokenizer directory (default: the --init model's)")
-    p.add_argument("--model-config", default="bert-tiny",
-                   help="preset name or model config JSON for a new model (default bert-tiny)")
-    p.add_argument("--init", default=None, help="start from a text checkpoint, a multimodal model or a Hugging Face "
-                   "VisualBERT directory")
-    p.add_argument("--max-length", type=positive_int, default=None, help="text tokens per sequence")
-    p.add_argument("--eval-fraction", type=float_range(0, 1, hi_open=True), default=0.1,
-                   help="records held out for evaluation")
-    p.add_argument("--seed", type=seed, default=0)
-    p.add_argument("--resume", default=None, help="resume an interrupted run (its directory or a checkpoint)")
-    for name, typ in (("epochs", positive_float), ("max-steps", positive_int), ("batch-size", positive_int),
-                      ("lr", positive_float), ("warmup-ratio", probability), ("log-every", positive_int),
-                      ("eval-every", non_negative_int), ("save-every", non_negative_int)):
-        p.add_argument(f"--{name}", type=typ, default=None)
-    add_grad_accum_arg(p)
-    p.add_argument("--no-progress", dest="progress", action="store_false", default=True)
+def _train_fields(p) -> None:
+    """The options of a training run's MultimodalRunConfig fields (its trainer's: the multimodal defaults)."""
+    p.fields({
+        "features": Flag(help="directory with manifest.jsonl and feature files", metavar="DIR"),
+        "manifest": Flag(help="manifest file (default: DIR/manifest.jsonl)"),
+        "out": Flag(help="run directory"),
+        "vocab": Flag(help="vocab.txt or tokenizer directory (default: the --init model's)"),
+        "model_config": Flag(help="preset name or model config JSON for a new model (default bert-tiny)"),
+        "init": Flag(help="start from a text checkpoint, a multimodal model or a Hugging Face VisualBERT "
+                          "directory"),
+        "max_length": Flag(positive_int, "text tokens per sequence"),
+        "eval_fraction": Flag(float_range(0, 1, hi_open=True), "records held out for evaluation"),
+        "seed": Flag(seed),
+        "resume": Flag(help="resume an interrupted run (its directory or a checkpoint)"),
+        "train.epochs": Flag(positive_float),
+        "train.max_steps": Flag(positive_int),
+        "train.batch_size": Flag(positive_int),
+        "train.lr": Flag(positive_float),
+        "train.warmup_ratio": Flag(probability),
+        "train.log_every": Flag(positive_int),
+        "train.eval_every": Flag(non_negative_int),
+        "train.save_every": Flag(non_negative_int),
+        "train.grad_accum": OPTIMIZATION_FLAGS["train.grad_accum"],
+        "train.progress": Flag(name="--no-progress"),
+    })
     add_threads_arg(p)
-    add_checkpoint_args(p, keep_last=1)
-    g = p.add_argument_group("speech front end (WAV files are resampled to --sample-rate)")
-    g.add_argument("--sample-rate", type=positive_int, default=16000)
-    g.add_argument("--n-mels", type=positive_int, default=40)
-    g.add_argument("--stack", type=positive_int, default=4, help="log-mel frames per input vector")
-    g.add_argument("--max-frames", type=positive_int, default=256,
-                   help="input vectors per utterance (longer audio is cut)")
+    p.add_argument_group("checkpoints").fields(CHECKPOINT_FLAGS)
+    p.add_argument_group("speech front end (WAV files are resampled to --sample-rate)").fields({
+        "sample_rate": Flag(positive_int),
+        "n_mels": Flag(positive_int),
+        "stack": Flag(positive_int, "log-mel frames per input vector"),
+        "max_frames": Flag(positive_int, "input vectors per utterance (longer audio is cut)"),
+    })
 
 
 def register(sub) -> None:
@@ -58,23 +60,26 @@ def register(sub) -> None:
     v.add_argument("--out", required=True, help="codebook file (.npz)")
     v.set_defaults(func=_vocab)
 
-    t = ModelConfigCompat(ms.add_parser("pretrain", help="pre-train: masked LM on text + features (image, speech: "
-                                                         "+ match; video: cross-modal MLM over visual words)"))
-    t.add_argument("--modality", choices=["image", "video", "speech"], required=True)
-    _train_args(t)
-    t.add_argument("--codebook", default=None, help="video: codebook from `bertfam multimodal vocab`")
-    t.add_argument("--mask-rate", type=open_fraction, default=0.15)
-    t.add_argument("--mismatch-prob", type=probability, default=0.5, help="image/speech: share of mismatched pairs "
-                   "(0 turns the match objective off)")
+    from ..runners.multimodal import MultimodalFinetuneConfig, MultimodalPretrainConfig
+
+    t = Flags(ms.add_parser("pretrain", help="pre-train: masked LM on text + features (image, speech: + match; "
+                                             "video: cross-modal MLM over visual words)"), MultimodalPretrainConfig)
+    t.fields({"modality": Flag(choices=("image", "video", "speech"))})
+    _train_fields(t)
+    t.fields({
+        "codebook": Flag(help="video: codebook from `bertfam multimodal vocab`"),
+        "mask_rate": Flag(open_fraction),
+        "mismatch_prob": Flag(probability, "image/speech: share of mismatched pairs (0 turns the match objective "
+                                           "off)"),
+    })
     t.command(_pretrain)
 
-    f = ModelConfigCompat(ms.add_parser("finetune", help="fine-tune: qa (spoken question over a text passage) or "
-                                                         "classify"))
-    f.add_argument("--modality", choices=["image", "speech"], required=True)
-    f.add_argument("--task", choices=["qa", "classify"], required=True)
-    _train_args(f)
-    f.add_argument("--doc-stride", type=non_negative_int, default=None,
-                   help="qa: overlap (tokens) of consecutive windows (default 32, cut to fit the window)")
+    f = Flags(ms.add_parser("finetune", help="fine-tune: qa (spoken question over a text passage) or classify"),
+              MultimodalFinetuneConfig)
+    f.fields({"modality": Flag(choices=("image", "speech")), "task": Flag(choices=("qa", "classify"))})
+    _train_fields(f)
+    f.fields({"doc_stride": Flag(non_negative_int, "qa: overlap (tokens) of consecutive windows (default 32, cut to "
+                                                   "fit the window)")})
     f.command(_finetune)
 
     e = ms.add_parser("eval", help="evaluate a saved multimodal model (with the shuffled-features ablation)")
@@ -92,51 +97,9 @@ def register(sub) -> None:
     c.set_defaults(func=_convert)
 
 
-class ModelConfigCompat(Flags):
-    """--config once named the model config here. A --config value that is a preset name, a directory or a
-    JSON file with `hidden_size` or `bertfam_config_version` (model-config fields; no option is named so) is
-    still taken as --model-config, with a warning; any other value is a run file."""
-
-    def merge(self, args) -> None:
-        value = getattr(args, "config", None)
-        if value is not None and is_model_config(value):
-            from ..errors import ConfigError
-
-            if hasattr(args, "model_config"):
-                raise ConfigError(f"--config {value} is a model config and --model-config is given too: "
-                                  "drop --config")
-            log.warning("--config %s is a model config: read as --model-config %s (--config now names a run "
-                        "file)", value, value)
-            args.model_config = value
-            del args.config
-        super().merge(args)
-
-
-def is_model_config(value: str) -> bool:
-    from ..config import preset_names
-
-    if value in preset_names() or os.path.isdir(value):
-        return True
-    if not (value.endswith(".json") and os.path.isfile(value)):
-        return False
-    try:
-        with open(value, encoding="utf-8") as f:
-            d = json.load(f)
-    except (ValueError, UnicodeDecodeError):
-        return False  # read as a run file, whose error names the file
-    return isinstance(d, dict) and ("hidden_size" in d or "bertfam_config_version" in d)
-
-
-def _common(args) -> dict:
-    """The MultimodalRunConfig fields of the training commands' options."""
-    from ..runners.multimodal import MultimodalRunConfig
-
-    return dict(modality=args.modality, features=args.features, out=args.out, vocab=args.vocab,
-                model_config=args.model_config, init=args.init, manifest=args.manifest,
-                max_length=args.max_length, eval_fraction=args.eval_fraction, seed=args.seed, resume=args.resume,
-                sample_rate=args.sample_rate, n_mels=args.n_mels, stack=args.stack, max_frames=args.max_frames,
-                # options left unset (None) keep the multimodal defaults
-                train=train_config(args, MultimodalRunConfig.default_train()))
+def _seeded(cfg):
+    """The run config with --seed seeding the trainer too, as the run's seed always has from the command line."""
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=cfg.seed))
 
 
 def _report(summary: dict) -> int:
@@ -156,23 +119,21 @@ def _vocab(args) -> int:
     return 0
 
 
-def _pretrain(args) -> int:
-    from ..runners.multimodal import MultimodalPretrainConfig, run_multimodal_pretrain
+def _pretrain(args, cfg) -> int:
+    from ..runners.multimodal import run_multimodal_pretrain
 
-    cfg = MultimodalPretrainConfig(codebook=args.codebook, mask_rate=args.mask_rate,
-                                   mismatch_prob=args.mismatch_prob, **_common(args))
+    check_checkpoints(args)
     set_threads(args)
-    return _report(run_multimodal_pretrain(cfg))
+    return _report(run_multimodal_pretrain(_seeded(cfg)))
 
 
-def _finetune(args) -> int:
+def _finetune(args, cfg) -> int:
     check_window(args)  # only a --doc-stride the user gave is compared
-    from ..runners.multimodal import MultimodalFinetuneConfig, run_multimodal_finetune
+    check_checkpoints(args)
+    from ..runners.multimodal import run_multimodal_finetune
 
-    stride = args.doc_stride if args.doc_stride is not None else 32
-    cfg = MultimodalFinetuneConfig(task=args.task, doc_stride=stride, **_common(args))
     set_threads(args)
-    return _report(run_multimodal_finetune(cfg))
+    return _report(run_multimodal_finetune(_seeded(cfg)))
 
 
 def _eval(args) -> int:
@@ -191,19 +152,23 @@ def _convert(args) -> int:
     return 0
 
 
-def pretrain_from_generic_args(args) -> int:
-    """`bertfam pretrain --modality M --features DIR ...`: the text pre-training command's options mapped
-    onto `bertfam multimodal pretrain` (its --max-seq-len is our --max-length)."""
+def pretrain_from_generic_args(given: dict) -> int:
+    """`bertfam pretrain --modality M --features DIR ...`: the options the text pre-training command was given
+    (its run file's and command line's, by destination) mapped onto `bertfam multimodal pretrain` (its
+    --max-seq-len is our --max-length, its --out our out_dir)."""
+    import argparse
+
     from ..errors import ConfigError
     from ..runners.multimodal import MultimodalPretrainConfig, run_multimodal_pretrain
 
-    g = lambda name, default=None: getattr(args, name, default)  # noqa: E731 (options left out are absent)
-    if not g("features") or not g("out"):
+    g = given.get
+    if not g("features") or not g("out_dir"):
         raise ConfigError("pretrain --modality needs --features DIR and --out DIR")
-    set_threads(args)
-    # the trainer options `bertfam pretrain` was given
-    train = train_config(args, MultimodalPretrainConfig.default_train())
-    cfg = MultimodalPretrainConfig(modality=g("modality"), features=g("features"), out=g("out"), vocab=g("vocab"),
+    # the trainer options `bertfam pretrain` was given (the run directory is the multimodal run's own)
+    options = argparse.Namespace(**{k: v for k, v in given.items() if k != "out_dir"})
+    set_threads(options)
+    train = train_config(options, MultimodalPretrainConfig.default_train())
+    cfg = MultimodalPretrainConfig(modality=g("modality"), features=g("features"), out=g("out_dir"), vocab=g("vocab"),
                                    model_config=g("model_config") or "bert-tiny", init=g("init"),
                                    codebook=g("codebook"), mask_rate=g("mask_rate") or 0.15, seed=g("seed") or 0,
                                    train=train, resume=g("resume"), max_length=g("max_seq_len"))

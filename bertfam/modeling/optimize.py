@@ -33,9 +33,7 @@ Int8 (`int8=True`): modeling/int8.py's swap first (the encoder layers' four proj
 embeddings become int8 modules; inference only, not bit-identical: about 1-2 % relative error per
 projection), then the buffer reuse as above around them: `_linear_into` hands an Int8Linear its input and
 uses the tensor it returns (the quantized kernel has no out= form), the rest of the layer still reuses
-buffers. `restore_plain` refuses an int8 model: the float weights were rounded away, so there is nothing
-to restore (reload the float checkpoint); dequantizing silently would give a float model that is not the
-original.
+buffers.
 """
 from __future__ import annotations
 
@@ -70,7 +68,7 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
     int8: quantize first (modeling/int8.py: int8 weights, dynamic int8 activations; CPU, inference only,
     outputs close to the float ones, not equal). int8=False never undoes an int8 model's quantization
     (an int8 checkpoint stays int8). Excludes compile.
-    Idempotent; a compiled model stays compiled. `restore_plain(model)` undoes buffer reuse and compile."""
+    Idempotent; a compiled model stays compiled."""
     if compile and reuse_buffers:
         raise ValueError("reuse_buffers and compile exclude each other: the buffer path bypasses the compiled blocks")
     if compile and (int8 or is_int8(model)):
@@ -107,21 +105,6 @@ def _check_compile_kwargs(compile: bool, kwargs: dict) -> None:
     if unknown:
         raise TypeError(f"optimize_for_inference: unknown torch.compile option(s) {', '.join(unknown)}; known: "
                         f"{', '.join(sorted(known))}")
-
-
-def restore_plain(model: nn.Module) -> nn.Module:
-    """Undo optimize_for_inference: plain layers, no compiled blocks, by the same module replacement. In
-    place; returns model (a new one only where `model` is itself an encoder or a layer). An int8 model is
-    refused (ValueError): its float weights are gone, reload the float checkpoint instead."""
-    if is_int8(model):
-        raise ValueError("restore_plain: the model is int8; its float weights were rounded away and cannot be "
-                         "restored (load the float checkpoint again)")
-    model = _swap(model, plain=True)
-    for enc in _encoders(model):
-        for layer in enc.layers:
-            for name in _COMPILED:
-                layer.__dict__.pop(name, None)
-    return model
 
 
 def is_compiled(enc: Encoder) -> bool:

@@ -13,6 +13,7 @@ dataclass; the training runs nest the trainer's `TrainConfig` (`runners.options.
   `run_multimodal_eval`, `run_multimodal_convert` (around `bertfam.multimodal`);
 - `runners.export`: `run_onnx_export` + `run_onnx_check` (`OnnxExportConfig`), `run_quantize` (`QuantizeConfig`);
 - `runners.kbert`: `run_kbert_show`; `runners.core`: `describe_checkpoint`, `run_convert`, `run_vocab_train`;
+  `runners.upgrade`: `run_upgrade(UpgradeConfig)` (files of older versions in the current format);
   `runners.demo`: `run`.
 
 The command modules (bertfam/commands/) only build these configs from the options (generated from the

@@ -56,15 +56,15 @@ def demo_data_path() -> str:
     return os.path.join(PACKAGE_DIR, "resources", DEMO_DATA)
 
 
-def run(model_dir: Optional[str] = None, rows: int = 12, limit: Optional[int] = None, int8: bool = False) -> dict:
-    """The MRC demo on `model_dir` (default: the shipped model); `limit` answers only the first N demo
-    questions (tests); int8: run the model quantized (modeling/int8.py)."""
+def run(model_dir: Optional[str] = None, rows: int = 12, int8: bool = False) -> dict:
+    """The MRC demo on `model_dir` (default: the shipped model); int8: run the model quantized
+    (modeling/int8.py)."""
     if model_dir is None:
         model_dir = shipped_model_dir()
         if model_dir is None:
             print(f"no shipped model at models/{SHIPPED_MODEL}: showing the encoder demo instead")
             return encoder_demo(int8=int8)
-    return mrc_demo(model_dir, rows, limit, int8)
+    return mrc_demo(model_dir, rows, int8)
 
 
 # ----------------------------------------------------------------------------- the MRC demo
@@ -96,7 +96,7 @@ def demo_examples() -> tuple[list, list]:
     return demo, hand
 
 
-def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None, int8: bool = False) -> dict:
+def mrc_demo(model_dir: str, rows: int = 12, int8: bool = False) -> dict:
     from ..evaluation.dureader import NO_ANSWER, Reference, evaluate, score_one
     from ..config import INT8_MODULES
     from ..modeling.int8 import is_int8
@@ -109,7 +109,6 @@ def mrc_demo(model_dir: str, rows: int = 12, limit: Optional[int] = None, int8: 
     kind = (f", int8 {'+'.join(q.modules)}" if q is not None and set(q.modules) != set(INT8_MODULES)
             else ", int8" if is_int8(model) else "")
     demo, hand = demo_examples()
-    demo = demo[:limit] if limit else demo
     preds, nbest, qps = predict_examples(predictor, hand + demo, progress=True)
     refs = OrderedDict((ex.qid, Reference(ex.answer_texts, ex.is_impossible, ex.qtype)) for ex in demo)
     n = model.num_parameters()["total"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
+from ..multimodal.config import AudioConfig
 from ..multimodal.runs import TRAIN_DEFAULTS
 from ..training import TrainConfig
 from .options import RunOptions
@@ -24,8 +25,8 @@ REPORT_KEYS = ("steps", "epochs", "elapsed_s", "final_eval")
 class MultimodalRunConfig(RunOptions):
     """What a multimodal training run shares: its features (DIR/manifest.jsonl unless `manifest`), run
     directory, tokenizer (`vocab`, else the `init` model's), model (`model_config` for a new one, or
-    `init`), held-out records. `max_length` None: the job's own default. The speech front end fields left
-    None are AudioConfig's defaults. `train`: the trainer's fields (multimodal.runs.TRAIN_DEFAULTS)."""
+    `init`), held-out records. `max_length` None: the job's own default. The speech front end fields
+    default to AudioConfig's. `train`: the trainer's fields (multimodal.runs.TRAIN_DEFAULTS)."""
 
     TRAIN_DEFAULTS: ClassVar[dict] = TRAIN_DEFAULTS
 
@@ -40,18 +41,15 @@ class MultimodalRunConfig(RunOptions):
     eval_fraction: float = 0.1
     seed: int = 0
     resume: Optional[str] = None
-    sample_rate: Optional[int] = None
-    n_mels: Optional[int] = None
-    stack: Optional[int] = None
-    max_frames: Optional[int] = None
+    sample_rate: int = AudioConfig.sample_rate
+    n_mels: int = AudioConfig.n_mels
+    stack: int = AudioConfig.stack
+    max_frames: int = AudioConfig.max_frames
     train: TrainConfig = field(default_factory=lambda: MultimodalRunConfig.default_train())
 
     def run_kwargs(self) -> dict:
         """The keyword arguments pretrain_multimodal and finetune_multimodal share."""
-        from ..multimodal.config import AudioConfig
-
-        audio = {k: getattr(self, k) for k in ("sample_rate", "n_mels", "stack", "max_frames")
-                 if getattr(self, k) is not None}
+        audio = {k: getattr(self, k) for k in ("sample_rate", "n_mels", "stack", "max_frames")}
         kw = dict(vocab=self.vocab, config=self.model_config, init=self.init, manifest=self.manifest,
                   eval_fraction=self.eval_fraction, seed=self.seed, audio=AudioConfig(**audio), train=self.train,
                   resume=self.resume)
@@ -71,11 +69,11 @@ class MultimodalPretrainConfig(MultimodalRunConfig):
 
 @dataclass(kw_only=True)
 class MultimodalFinetuneConfig(MultimodalRunConfig):
-    """Fine-tuning: `task` qa (a spoken question over a text passage; windows overlap by `doc_stride`) or
-    classify."""
+    """Fine-tuning: `task` qa (a spoken question over a text passage; windows overlap by `doc_stride`, None:
+    finetune_multimodal's default) or classify."""
 
     task: str
-    doc_stride: int = 32
+    doc_stride: Optional[int] = None
 
 
 def _reported(summary: dict) -> dict:
@@ -97,7 +95,8 @@ def run_multimodal_pretrain(cfg: MultimodalPretrainConfig) -> dict:
 def run_multimodal_finetune(cfg: MultimodalFinetuneConfig) -> dict:
     from ..multimodal.finetune import finetune_multimodal
 
-    return _reported(finetune_multimodal(cfg.modality, cfg.task, cfg.features, cfg.out, doc_stride=cfg.doc_stride,
+    stride = {} if cfg.doc_stride is None else {"doc_stride": cfg.doc_stride}
+    return _reported(finetune_multimodal(cfg.modality, cfg.task, cfg.features, cfg.out, **stride,
                                          **cfg.run_kwargs()))
 
 

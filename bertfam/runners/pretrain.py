@@ -245,6 +245,37 @@ def run_plot(run_dir: str, out: Optional[str] = None) -> str:
 
 
 RUN_CONFIG_FILE = "pretrain_config.json"
+# fields that runs of older versions recorded and no run reads any more (`bertfam upgrade` removes them)
+RETIRED_FIELDS = ("stop_after_step",)
+
+
+def old_run_config(d: dict, run_file: bool = False) -> Optional[str]:
+    """What makes a saved run config (or, `run_file`, a --config run file, whose flat layout is current) a
+    format of an older version, None when nothing does: a flat layout (the trainer's fields beside the run's,
+    no "train" section) or a retired field."""
+    train = d.get("train")
+    retired = [k for k in RETIRED_FIELDS if k in d or (isinstance(train, dict) and k in train)]
+    if retired:
+        return f"retired field(s) {', '.join(retired)}"
+    if not run_file and not isinstance(train, dict):
+        return "the flat layout of older versions (no train section)"
+    return None
+
+
+def saved_run_config(run_dir: str) -> Optional[PretrainConfig]:
+    """The PretrainConfig saved in a run directory, or found from one of its checkpoints (RUN/checkpoints/
+    step-N); None when there is none. A file in an older format is a ConfigError saying to upgrade it."""
+    from ..config import old_format, read_json
+
+    for cand in (os.path.join(run_dir, RUN_CONFIG_FILE), os.path.join(run_dir, "..", "..", RUN_CONFIG_FILE)):
+        if os.path.isfile(cand):
+            cand = os.path.normpath(cand)
+            d = read_json(cand)
+            old = old_run_config(d)
+            if old:
+                raise old_format(cand, old, os.path.dirname(cand))
+            return PretrainConfig.from_dict(d, source=cand)
+    return None
 
 
 class _WriteRunConfig(TrainerCallback):
@@ -256,8 +287,12 @@ class _WriteRunConfig(TrainerCallback):
 
     def on_train_begin(self, trainer) -> None:
         if trainer.is_main:
-            atomic_write_text(os.path.join(self.pc.out, RUN_CONFIG_FILE),
-                              json.dumps(self.pc.to_dict(), indent=2, ensure_ascii=False))
+            write_run_config(self.pc, os.path.join(self.pc.out, RUN_CONFIG_FILE))
+
+
+def write_run_config(pc: PretrainConfig, path: str) -> None:
+    """pc as a run's pretrain_config.json (nested: the run's fields + "train"), atomically."""
+    atomic_write_text(path, json.dumps(pc.to_dict(), indent=2, ensure_ascii=False))
 
 
 # ---------------------------------------------------------------- showing predictions

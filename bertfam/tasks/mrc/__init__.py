@@ -11,8 +11,7 @@
 The settings they share (windows, decoding, thresholds) are the model's `head.mrc` (`config.MRCSettings`,
 where each default is defined). Every public name is importable from `bertfam.tasks.mrc` itself.
 """
-from .decoding import (DEFAULT_ANSWERABLE_THRESHOLD, DEFAULT_MAX_ANSWER_LENGTH, DEFAULT_NULL_THRESHOLD,  # noqa: F401
-                       NO_ANSWER, answered, decode)
+from .decoding import NO_ANSWER, answered, decode  # noqa: F401
 from .ensemble import VotingEnsemble, load_predictor, predictor_from_models  # noqa: F401
 from .predictor import MRCPredictor, same_tokenizer, window_logits  # noqa: F401
 from .scoring import predict_examples, score_examples  # noqa: F401

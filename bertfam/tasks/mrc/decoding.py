@@ -29,10 +29,6 @@ import numpy as np
 from ...config import MRCSettings
 
 NO_ANSWER = "no answer"
-# the defaults live in config.MRCSettings; these names are kept for callers that import them
-DEFAULT_NULL_THRESHOLD = MRCSettings.null_threshold
-DEFAULT_ANSWERABLE_THRESHOLD = MRCSettings.answerable_threshold
-DEFAULT_MAX_ANSWER_LENGTH = MRCSettings.max_answer_length  # tokens
 
 
 EXTENSIONS = ("none", "clause", "sentence", "trim")

@@ -8,8 +8,9 @@ from typing import Sequence
 
 import numpy as np
 
+from ...config import MRCSettings
 from ...errors import ConfigError
-from .decoding import DEFAULT_ANSWERABLE_THRESHOLD, DEFAULT_NULL_THRESHOLD, NO_ANSWER
+from .decoding import NO_ANSWER
 
 
 RULES = ("both", "null", "cls", "verifier", "all")
@@ -25,8 +26,8 @@ def tune_thresholds(predictor, examples: Sequence) -> dict:
                        verifier_threshold=getattr(predictor, "verifier_threshold", -1.0))
 
 
-def tune_on_raw(raws: Sequence[dict], examples: Sequence, null_threshold: float = DEFAULT_NULL_THRESHOLD,
-                answerable_threshold: float = DEFAULT_ANSWERABLE_THRESHOLD, has_answerability: bool = True,
+def tune_on_raw(raws: Sequence[dict], examples: Sequence, null_threshold: float = MRCSettings.null_threshold,
+                answerable_threshold: float = MRCSettings.answerable_threshold, has_answerability: bool = True,
                 rule: str = "both", verifier_threshold: float = -1.0) -> dict:
     """tune_thresholds on scores already computed (MRCPredictor.raw_scores / decode), so that several
     decoding settings can be tuned on one forward pass. rule: "both" (span null score AND P(answerable)),
