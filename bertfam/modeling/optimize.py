@@ -34,6 +34,15 @@ embeddings become int8 modules; inference only, not bit-identical: about 1-2 % r
 projection), then the buffer reuse as above around them: `_linear_into` hands an Int8Linear its input and
 uses the tensor it returns (the quantized kernel has no out= form), the rest of the layer still reuses
 buffers.
+
+fp32 projection kernel (`linear=`, modeling/linear.py, issue #26): the encoder layers' four projections run
+on a weight prepacked once, with MKL ("mkl") or oneDNN ("mkldnn"), or stay torch's addmm ("aten"); "auto"
+picks per weight shape from a short measured probe, cached per machine (linear_probe.py). The projections
+become `PackedLinear` modules holding the same Parameters plus the packed copy (extra memory: linear.py).
+They compose with buffer reuse through `_linear_into`: the mkl kernel writes into the scratch buffer chunk
+by chunk, the oneDNN one has no out= form and returns its own tensor (as Int8Linear does). Not the default
+yet: linear=None leaves the projections as they are (plain nn.Linear: aten) until measurements on quiet
+machines decide (benchmarks/linear_kernels.py).
 """
 from __future__ import annotations
 
@@ -46,6 +55,8 @@ from torch import nn
 
 from . import varlen
 from .encoder import Encoder, Layer
+from ..errors import ConfigError
+from . import linear as linear_kernels
 from .int8 import Int8Linear, is_int8, quantize_int8
 from .layout import tracing
 from .swap import swap_modules
@@ -56,7 +67,7 @@ _SCRATCH: contextvars.ContextVar[Optional["Scratch"]] = contextvars.ContextVar("
 
 
 def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = None, compile: bool = False,
-                           int8: bool = False, **compile_kwargs) -> nn.Module:
+                           int8: bool = False, linear: Optional[str] = None, **compile_kwargs) -> nn.Module:
     """Speed up prediction with `model` (a TaskModel, BertfamModel or anything holding encoders), in place,
     by module replacement; returns it (the replacement where `model` is itself an encoder). Outputs stay
     those of the plain forward (bit for bit with buffer reuse), except with int8.
@@ -68,13 +79,30 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
     int8: quantize first (modeling/int8.py: int8 weights, dynamic int8 activations; CPU, inference only,
     outputs close to the float ones, not equal). int8=False never undoes an int8 model's quantization
     (an int8 checkpoint stays int8). Excludes compile.
+    linear: the fp32 kernel of the encoder layers' projections (modeling/linear.py): "aten" (torch's addmm,
+    the plain modules), "mkl" or "mkldnn" (weights prepacked once; about 2x / 1x the projection weights in
+    extra memory), or "auto" (per weight shape, the fastest here by a ~0.3 s probe, cached on disk:
+    linear_probe.py). Outputs equal the plain ones within fp32 rounding (about 1e-6 relative), not bit for
+    bit. None (default): leave the projections' kernel as it is (aten for a model never given one). Excludes
+    compile and int8 (both replace the projections' kernel their own way).
     Idempotent; a compiled model stays compiled."""
+    linear_kernels.check_linear(linear)
+    if linear not in (None, "aten") and (compile or int8 or is_int8(model)):
+        raise ConfigError(f"linear={linear!r} excludes compile and int8 (they replace the projections' kernel "
+                          "their own way)")
     if compile and reuse_buffers:
         raise ValueError("reuse_buffers and compile exclude each other: the buffer path bypasses the compiled blocks")
     if compile and (int8 or is_int8(model)):
         raise ValueError("int8 and compile exclude each other: torch.compile does not trace the quantized kernels")
     if int8:
         model = quantize_int8(model)
+    if linear is not None:
+        choice = linear
+        if linear == "auto":
+            from .linear_probe import choose
+
+            choice = choose(linear_kernels.shape_class(lin) for _, _, lin in linear_kernels.projections(model))
+        linear_kernels.swap_projections(model, choice)
     reuse = (not compile) if reuse_buffers is None else reuse_buffers
     _check_compile_kwargs(compile, compile_kwargs)
     kw = {"dynamic": True, **compile_kwargs}  # dynamic shapes unless the caller says otherwise
@@ -97,7 +125,7 @@ def _check_compile_kwargs(compile: bool, kwargs: dict) -> None:
         return
     if not compile:
         raise TypeError(f"optimize_for_inference: {', '.join(sorted(kwargs))} given without compile=True (keyword "
-                        "arguments other than reuse_buffers, compile and int8 are torch.compile's)")
+                        "arguments other than reuse_buffers, compile, int8 and linear are torch.compile's)")
     import inspect
 
     known = set(inspect.signature(torch.compile).parameters) - {"model"}
@@ -218,9 +246,12 @@ class Scratch:
 
 def _linear_into(lin: nn.Module, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """lin(x) written into `out` (the same addmm kernel F.linear uses for 2-D input). x: (M, K), out: (M, N).
-    An Int8Linear has no out= kernel: its own (M, N) result comes back instead (callers use the return value)."""
+    An Int8Linear has no out= kernel: its own (M, N) result comes back instead (callers use the return value);
+    a PackedLinear writes into `out` where its kernel can (linear.py), else returns its own result too."""
     if isinstance(lin, Int8Linear):
         return lin(x)
+    if isinstance(lin, linear_kernels.PackedLinear):
+        return lin.into(x, out)
     if lin.bias is None:
         return torch.mm(x, lin.weight.t(), out=out)
     return torch.addmm(lin.bias, x, lin.weight.t(), out=out)
