@@ -51,7 +51,8 @@ from .layout import tracing
 
 KERNELS = ("aten", "mkl", "mkldnn")
 LINEAR = ("auto", *KERNELS)
-MKL_CHUNK = 512  # rows per packed MKL call (see above); benchmarks/linear_kernels.py compares chunk sizes
+# rows per packed MKL call (see above); the probe times 256 rows; benchmarks/linear_kernels.py compares sizes
+MKL_CHUNK = 256
 # the encoder layers' projections, as (owner attribute or None for the layer itself, linear attribute)
 PROJECTIONS = {"attn.qkv": ("attn", "qkv"), "attn.out": ("attn", "out"), "ffn_in": (None, "ffn_in"),
                "ffn_out": (None, "ffn_out")}

@@ -5,7 +5,9 @@ distinct in x out, e.g. bert-base's 768x2304, 768x768, 768x3072, 3072x768) at PR
 PROBE_REPS after one warm-up call, and picks per shape the kernel with the least total time over the row
 counts (ties and near-ties, within TIE, go to aten: the plain path, no extra memory). A kernel that raises
 (an op missing from the build, a oneDNN path this CPU cannot run) or gives a wrong result is skipped for
-that shape. bert-base: ~0.3 s on 2 AVX-512 cores.
+that shape. Cost for bert-base's four shapes: 42 GFLOP (10 passes over 320 rows x 6.5M weights), about
+0.3 s at the ~150-180 GFLOP/s of 2 quiet cores (docs/benchmarks.md ceilings); not yet timed on a quiet
+machine (benchmarks/linear_kernels.py prints it).
 
 The choice is cached in a JSON file, `cache_path()`: $XDG_CACHE_HOME/bertfam/linear_kernels.json, else
 ~/.cache/bertfam/linear_kernels.json; one entry per (CPU model name + flags, torch version, thread count,
@@ -30,8 +32,8 @@ from . import linear as L
 
 log = logging.getLogger("bertfam")
 
-PROBE_ROWS = (64, 512)  # a short batch and a chunk of a long one (rows of the (M, K) input)
-PROBE_REPS = 3
+PROBE_ROWS = (64, 256)  # a short batch, and one MKL_CHUNK of a long one (rows of the (M, K) input)
+PROBE_REPS = 2
 TIE = 0.03  # a kernel must beat aten by more than 3 % in the probe to be chosen over it
 CACHE_NAME = "linear_kernels.json"
 CACHE_FORMAT = 1
@@ -122,13 +124,15 @@ def probe(shapes: Iterable[str], rows: Optional[Iterable[int]] = None, reps: Opt
         w = torch.randn(N, K, generator=gen) * 0.02
         b = torch.randn(N, generator=gen) * 0.02
         xs = [torch.randn(m, K, generator=gen) for m in rows]
+        with torch.inference_mode():
+            refs = [torch.addmm(b, x, w.t()) for x in xs]  # what every kernel must give
         seconds[shape], skipped[shape] = {}, {}
         for kernel in kernels:
             why = None if L.kernel_ops_present(kernel) else "op not in this torch build"
             total = 0.0
             if why is None:
                 try:
-                    total = sum(_time_one(kernel, x, w, b, reps) for x in xs)
+                    total = sum(_time_one(kernel, x, w, b, reps, ref) for x, ref in zip(xs, refs))
                 except Exception as e:  # noqa: BLE001 (an unsupported CPU path raises anything)
                     why = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
             if why is not None:
@@ -143,16 +147,15 @@ def probe(shapes: Iterable[str], rows: Optional[Iterable[int]] = None, reps: Opt
     return {"choice": choice, "seconds": seconds, "skipped": skipped, "probe_s": time.perf_counter() - t_start}
 
 
-def _time_one(kernel: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, reps: int) -> float:
-    """Best of `reps` calls after a warm-up one, which is also checked against addmm."""
+def _time_one(kernel: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, reps: int,
+              ref: torch.Tensor) -> float:
+    """Best of `reps` calls after a warm-up one, whose result is checked against `ref` (addmm's)."""
     with torch.inference_mode():
-        ref = torch.addmm(b, x, w.t())
+        out = torch.empty_like(ref)
         if kernel == "aten":
-            out = torch.empty_like(ref)
             fn = lambda: torch.addmm(b, x, w.t(), out=out)  # noqa: E731  (as the buffer reuse calls it)
         else:
             p = L.pack(kernel, w)
-            out = torch.empty_like(ref)
             fn = lambda: L.packed_linear(kernel, x, p, w, b, out)  # noqa: E731
         y = fn()
         err = float((y - ref).abs().max())
