@@ -64,7 +64,7 @@ BASE = ("transformers", "onnxruntime", "bertfam")  # made and checked by the pre
 def probe_engines(args, mname: str, requested: list[str]) -> dict:
     """{engine: probe result} for the requested engines beyond the base three: all in one process, or, if
     that process dies (a native crash), each in its own, so that one broken engine is reported alone."""
-    extra = [e for e in requested if e not in BASE and e in E.ALL]
+    extra = [e for e in requested if e not in BASE and e in E.INFER]
     if not extra:
         return {}
     try:
@@ -114,8 +114,9 @@ def main() -> int:
     ap.add_argument("--models", default=None, help="comma list of bert-base,bert-mini (bert-tiny: smoke test)")
     ap.add_argument("--cases", default=",".join(cases.CASES))
     ap.add_argument("--engines", default=",".join(E.ALL),
-                    help="comma list of " + ", ".join(E.ALL) + " (training cases: transformers and "
-                         "bertfam only)")
+                    help="comma list of " + ", ".join(E.INFER) + " (default: all but " + ", ".join(E.OPTIONAL)
+                         + ", bertfam's fp32 projection kernels, to compare them; training cases: transformers "
+                           "and bertfam only)")
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--ceiling-scale", type=float, default=1.0,
                     help="rows of the ceiling matmuls x this (the smoke test: 1/16, a rough ceiling in little time)")
@@ -139,9 +140,9 @@ def main() -> int:
         worker.emit(jobs.JOBS[args.worker](args))
         return 0
     requested = args.engines.split(",")
-    unknown = [e for e in requested if e not in E.ALL]
+    unknown = [e for e in requested if e not in E.INFER]
     if unknown:
-        ap.error(f"unknown engine(s) {', '.join(unknown)}; valid: {', '.join(E.ALL)}")
+        ap.error(f"unknown engine(s) {', '.join(unknown)}; valid: {', '.join(E.INFER)}")
     if args.quick:
         args.reps = min(args.reps, 3)
     if args.scale is None:

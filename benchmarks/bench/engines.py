@@ -21,10 +21,15 @@ import time
 
 from .worker import spin, threads
 
-FP32 = ("transformers", "onnxruntime", "openvino", "bertfam")
+# bertfam with each fp32 projection kernel of optimize_for_inference(linear=...) (modeling/linear.py; issue
+# #26): not in ALL (`make bench` runs ALL), named with --engines to compare kernels in one run
+LINEAR_ENGINES = {"bertfam-aten": "aten", "bertfam-mkl": "mkl", "bertfam-mkldnn": "mkldnn", "bertfam-auto": "auto"}
+OPTIONAL = tuple(LINEAR_ENGINES)
+FP32 = ("transformers", "onnxruntime", "openvino", "bertfam", *OPTIONAL)
 INT8 = ("transformers-int8", "onnxruntime-int8", "openvino-int8w", "openvino-int8", "bertfam-int8")
 ALL = ("transformers", "transformers-int8", "onnxruntime", "onnxruntime-int8", "openvino", "openvino-int8w",
        "openvino-int8", "bertfam", "bertfam-int8")
+INFER = ALL + OPTIONAL  # every inference engine; ALL is the default set, OPTIONAL only when named
 # each int8 engine's fp32 counterpart (the accuracy script compares them)
 FP32_OF = {"transformers-int8": "transformers", "onnxruntime-int8": "onnxruntime", "openvino-int8w": "openvino",
            "openvino-int8": "openvino", "bertfam-int8": "bertfam"}
@@ -45,6 +50,15 @@ LABELS = {
     "bertfam": "bertfam, optimize_for_inference (buffer reuse), unpadded (packed) path, fp32",
     "bertfam-int8": "bertfam, optimize_for_inference(int8=True): the encoder's nn.Linear layers int8 "
                     "dynamic-quantized (bertfam/modeling/int8.py)",
+    "bertfam-aten": "bertfam as `bertfam`, optimize_for_inference(linear=\"aten\"): torch's addmm (the default "
+                    "today, named explicitly)",
+    "bertfam-mkl": "bertfam as `bertfam`, optimize_for_inference(linear=\"mkl\"): encoder projections on MKL "
+                   "packed-sgemm weights (bertfam/modeling/linear.py)",
+    "bertfam-mkldnn": "bertfam as `bertfam`, optimize_for_inference(linear=\"mkldnn\"): encoder projections on "
+                      "oneDNN prepacked weights (bertfam/modeling/linear.py)",
+    "bertfam-auto": "bertfam as `bertfam`, optimize_for_inference(linear=\"auto\"): per weight shape the kernel "
+                    "a probe found fastest here, cached in ~/.cache/bertfam/linear_kernels.json (delete it to "
+                    "probe again; bertfam/modeling/linear_probe.py)",
 }
 TRAIN = ("transformers", "bertfam")  # the MLM training case: transformers' BertForMaskedLM vs bertfam
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -231,6 +245,13 @@ def load_hidden(engine: str, d: str):
         backbone = bertfam.from_pretrained(os.path.join(d, "hf")).backbone.eval()
         if engine == "bertfam-int8":
             backbone = quantize_bertfam(backbone)
+        elif engine in LINEAR_ENGINES:  # the same, with the projections' fp32 kernel named
+            from bertfam.modeling.linear import kernel_ops_present
+
+            kernel = LINEAR_ENGINES[engine]
+            if kernel != "auto" and not kernel_ops_present(kernel):
+                raise Unavailable(f"this torch build has no {kernel} linear ops")
+            backbone = optimize_for_inference(backbone, linear=kernel)
         else:  # prediction as the predictors run it: buffer reuse on (modeling/optimize.py)
             backbone = optimize_for_inference(backbone)
 

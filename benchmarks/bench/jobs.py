@@ -47,7 +47,7 @@ def worker_time(args) -> dict:
     worker.set_threads(args.threads)
     d, cfg, kind, batches = case_inputs(args)
     fns, unavailable = {}, {}
-    for e in (E.TRAIN if kind == "train" else E.ALL):
+    for e in (E.TRAIN if kind == "train" else E.INFER):
         if e in args.engines.split(","):
             try:
                 fns[e] = load_engine(e, kind, d)

@@ -104,15 +104,20 @@ def ceilings(scale: float = 1.0, reps: int = 5) -> dict:
 
 
 # ----------------------------------------------------------------------------- the machine
+def cpu_simd() -> tuple[str, list[str]]:
+    """The CPU's model name and its SIMD flags (avx*, amx*, *vnni*), from /proc/cpuinfo."""
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    flags = next((ln.split(":", 1)[1].split() for ln in open("/proc/cpuinfo") if ln.startswith("flags")), [])
+    return cpu, [f for f in flags if f.startswith(("avx", "amx")) or "vnni" in f]
+
+
 def environment(threads: int, spin: bool) -> dict:
     """The machine and libraries a run measured on, and its thread settings, for the report."""
     import onnxruntime
     import torch
     import transformers
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    flags = next((ln.split(":", 1)[1].split() for ln in open("/proc/cpuinfo") if ln.startswith("flags")), [])
-    simd = [f for f in flags if f.startswith(("avx", "amx")) or "vnni" in f]
+    cpu, simd = cpu_simd()
     v = versions()
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
             "transformers": transformers.__version__, "onnxruntime": onnxruntime.__version__,

@@ -186,7 +186,7 @@ def plot(results: dict, path: str) -> None:
     for ax, mname in zip(axes[:, 0], models):
         cases = results["models"][mname]["cases"]
         names = list(cases)
-        engines = [e for e in E.ALL if e != "transformers" and any(e in cases[c]["engines"] for c in names)]
+        engines = [e for e in E.INFER if e != "transformers" and any(e in cases[c]["engines"] for c in names)]
         width = 0.8 / max(1, len(engines))
         for e in engines:
             xs, ys = [], []
