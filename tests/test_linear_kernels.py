@@ -267,3 +267,16 @@ def test_the_real_probe_runs_every_kernel_here(cache_home):
     assert set(r["seconds"]["32x96"]) | set(r["skipped"]["32x96"]) == set(L.KERNELS)
     assert set(PACKED) <= set(r["seconds"]["32x96"]), r["skipped"]  # this build and CPU run them
     assert r["choice"]["32x96"] in r["seconds"]["32x96"]
+
+
+@pytest.mark.parametrize("kernel", PACKED)
+def test_a_model_built_under_inference_mode_packs(tiny_cfg, kernel):
+    """Inference tensors have no version counter; the packed cache must not need one."""
+    with torch.inference_mode():
+        plain = bertfam.build_model(tiny_cfg, seed=0).eval()
+        kw = _batch(tiny_cfg, B=3, T=9, seed=1)
+        want = plain(**kw).last_hidden_state
+        fast = optimize_for_inference(copy.deepcopy(plain), linear=kernel)
+        got = fast(**kw).last_hidden_state
+    assert L.kernels_in_use(fast) == {s: [kernel] for s in L.kernels_in_use(plain)}
+    assert _rel_diff(got, want) < 1e-4

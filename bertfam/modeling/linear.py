@@ -127,6 +127,12 @@ def packed_nbytes(kernel: str, packed: torch.Tensor, weight: torch.Tensor) -> in
     return weight.numel() * weight.element_size()
 
 
+def _version(t: torch.Tensor) -> int:
+    """t's in-place write counter; an inference tensor (made under inference_mode) has none: -1, so a weight
+    loaded that way and then written in place inside inference_mode is not noticed (reswap to repack)."""
+    return -1 if t.is_inference() else t._version
+
+
 # ---------------------------------------------------------------- the swapped module
 class PackedLinear(nn.Linear):
     """nn.Linear whose inference forward runs `kernel` on a packed copy of the weight (module docstring).
@@ -141,7 +147,7 @@ class PackedLinear(nn.Linear):
         if w.dtype != torch.float32 or w.device.type != "cpu":
             return None
         # MKL_CHUNK too: the mkl weight is packed for that row count, and packed_linear reads it per call
-        key = (w._version, w.data_ptr(), None if b is None else (b._version, b.data_ptr()),
+        key = (_version(w), w.data_ptr(), None if b is None else (_version(b), b.data_ptr()),
                MKL_CHUNK if self.kernel == "mkl" else None)
         cache = self.__dict__.get("_packed")
         if cache is not None and cache[0] == key:
