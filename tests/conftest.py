@@ -4,6 +4,11 @@ import sys
 # OpenMP threads that sleep instead of spinning: on a busy 2-core machine spinning threads starve each
 # other (measured ~4x slower suites here); on a quiet one the cost is negligible. Must precede torch.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The fp32 kernel probe's cache (modeling/linear_probe.py) in a fresh directory: tests neither read a choice
+# probed outside them nor leave one behind.
+import tempfile  # noqa: E402
+
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="bertfam-tests-cache-")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -280,3 +280,18 @@ def test_a_model_built_under_inference_mode_packs(tiny_cfg, kernel):
         got = fast(**kw).last_hidden_state
     assert L.kernels_in_use(fast) == {s: [kernel] for s in L.kernels_in_use(plain)}
     assert _rel_diff(got, want) < 1e-4
+
+
+def test_the_default_is_auto_for_a_float32_model_only(tiny_cfg, monkeypatch):
+    """linear=None (every entry point's default) asks the probe for a float32 CPU model; an explicit aten keeps
+    plain nn.Linear; an int8 model keeps its Int8Linear projections (the probe is never asked)."""
+    asked = []
+    monkeypatch.setattr(P, "choose", lambda shapes, path=None: asked.append(1) or {s: PACKED[-1] for s in shapes})
+    if not PACKED:
+        pytest.skip("no packed fp32 kernel in this torch build")
+    m = optimize_for_inference(bertfam.build_model(tiny_cfg, seed=0).eval())
+    assert asked == [1] and set(sum(L.kernels_in_use(m).values(), [])) == {PACKED[-1]}
+    plain = optimize_for_inference(bertfam.build_model(tiny_cfg, seed=0).eval(), linear="aten")
+    assert asked == [1] and set(sum(L.kernels_in_use(plain).values(), [])) == {"aten"}
+    q = optimize_for_inference(bertfam.build_model(tiny_cfg, seed=0).eval(), int8=True)
+    assert asked == [1] and set(sum(L.kernels_in_use(q).values(), [])) == {"int8"}
