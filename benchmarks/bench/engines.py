@@ -47,16 +47,17 @@ LABELS = {
                       "weight, embeddings included), decompressed in the kernels; compute stays fp32",
     "openvino-int8": "OpenVINO on nncf.quantize(model_type=TRANSFORMER): static int8 weights and activations, "
                      "calibrated on a few batches (random token ids in encoder_throughput.py)",
-    "bertfam": "bertfam, optimize_for_inference (buffer reuse), unpadded (packed) path, fp32",
+    "bertfam": "bertfam, optimize_for_inference (buffer reuse; the encoder projections' fp32 kernel the probe "
+               "chose here, linear=None = auto: bertfam/modeling/linear_probe.py), unpadded (packed) path, fp32",
     "bertfam-int8": "bertfam, optimize_for_inference(int8=True): the encoder's nn.Linear layers int8 "
                     "dynamic-quantized (bertfam/modeling/int8.py)",
-    "bertfam-aten": "bertfam as `bertfam`, optimize_for_inference(linear=\"aten\"): torch's addmm (the default "
-                    "today, named explicitly)",
+    "bertfam-aten": "bertfam as `bertfam`, optimize_for_inference(linear=\"aten\"): torch's addmm (the kernel "
+                    "before the probe; the buffer path bit for bit)",
     "bertfam-mkl": "bertfam as `bertfam`, optimize_for_inference(linear=\"mkl\"): encoder projections on MKL "
                    "packed-sgemm weights (bertfam/modeling/linear.py)",
     "bertfam-mkldnn": "bertfam as `bertfam`, optimize_for_inference(linear=\"mkldnn\"): encoder projections on "
                       "oneDNN prepacked weights (bertfam/modeling/linear.py)",
-    "bertfam-auto": "bertfam as `bertfam`, optimize_for_inference(linear=\"auto\"): per weight shape the kernel "
+    "bertfam-auto": "bertfam as `bertfam` (whose default it is), optimize_for_inference(linear=\"auto\"): per weight shape the kernel "
                     "a probe found fastest here, cached in ~/.cache/bertfam/linear_kernels.json (delete it to "
                     "probe again; bertfam/modeling/linear_probe.py)",
 }
