@@ -32,7 +32,18 @@ def bench(tmp_path_factory):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
                        env=dict(os.environ, PYTHONWARNINGS="ignore"))
     assert r.returncode == 0, r.stderr[-3000:]
-    return json.load(open(out / "benchmarks.json")), (out / "benchmarks.md").read_text(), r.stdout
+    (page,) = [p.name[:-len(".json")] for p in out.glob("benchmarks*.json")]  # one page, named by CPU kind
+    return json.load(open(out / f"{page}.json")), (out / f"{page}.md").read_text(), r.stdout
+
+
+def test_report_pages_are_named_by_cpu_kind():
+    """One page per CPU kind: a run on an AVX-512 machine never overwrites the AVX2 page (and back)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from bench.probes import page_stem
+
+    assert page_stem("AMD EPYC", ["avx", "avx2"]) == "benchmarks"
+    assert page_stem("AMD EPYC", ["avx2", "avx512f", "avx512_vnni"]) == "benchmarks-epyc-avx512"
+    assert page_stem("Intel(R) Xeon(R)", ["avx512f", "amx_tile"]) == "benchmarks-xeon-avx512-amx"
 
 
 def test_encoder_benchmark_smoke(bench):

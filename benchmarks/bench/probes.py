@@ -111,6 +111,16 @@ def cpu_simd() -> tuple[str, list[str]]:
     return cpu, [f for f in flags if f.startswith(("avx", "amx")) or "vnni" in f]
 
 
+def page_stem(cpu: str, simd: list) -> str:
+    """The report's file name for this CPU kind: docs keep one table per kind, so a run on one machine never
+    overwrites another's. AVX2-only machines keep the historical `benchmarks`; AVX-512 ones get their own
+    page, e.g. `benchmarks-epyc-avx512` (and `-amx` where AMX is present)."""
+    if "avx512f" not in simd:
+        return "benchmarks"
+    vendor = "epyc" if "EPYC" in cpu else "xeon" if "Xeon" in cpu else "cpu"
+    return f"benchmarks-{vendor}-avx512" + ("-amx" if any(f.startswith("amx") for f in simd) else "")
+
+
 def environment(threads: int, spin: bool) -> dict:
     """The machine and libraries a run measured on, and its thread settings, for the report."""
     import onnxruntime

@@ -148,10 +148,18 @@ def markdown(results: dict) -> str:
         "`train MLM` = one AdamW step per batch, dropout on, batches from bertfam's PretrainCollator "
         "(15 % token masking); bertfam's MLM head runs on the masked positions only, BertForMaskedLM on all. "
         "The int8 engines run inference cases only.",
-        "", "![speed-up over transformers](benchmarks.png)", "",
+        "", f"![speed-up over transformers]({stem_of(results)}.png)", "",
         "Accuracy cost of the int8 engines (hidden-state differences, SST-2 accuracy, MRC F1): "
         "[int8_accuracy.md](int8_accuracy.md), from `benchmarks/int8_accuracy.py`.", ""]
     return "\n".join(lines)
+
+
+def stem_of(results: dict) -> str:
+    """The file name (no extension) of this run's report: one page per CPU kind (probes.page_stem)."""
+    from .probes import page_stem
+
+    env = results.get("environment", {})
+    return page_stem(env.get("cpu", ""), env.get("simd", []))
 
 
 def write_outputs(results: dict, args, final: bool = True) -> None:
@@ -162,10 +170,11 @@ def write_outputs(results: dict, args, final: bool = True) -> None:
     md = markdown(results)
     if final:
         print("\n" + md)
-    atomic_write_text(os.path.join(args.out_dir, "benchmarks.md"), md)
-    atomic_write_text(os.path.join(args.out_dir, "benchmarks.json"), json.dumps(results, indent=2) + "\n")
+    stem = os.path.join(args.out_dir, stem_of(results))
+    atomic_write_text(stem + ".md", md)
+    atomic_write_text(stem + ".json", json.dumps(results, indent=2) + "\n")
     try:
-        plot(results, os.path.join(args.out_dir, "benchmarks.png"))
+        plot(results, stem + ".png")
     except ImportError:
         print("matplotlib not installed: no chart")
 
