@@ -295,3 +295,9 @@ def test_the_default_is_auto_for_a_float32_model_only(tiny_cfg, monkeypatch):
     assert asked == [1] and set(sum(L.kernels_in_use(plain).values(), [])) == {"aten"}
     q = optimize_for_inference(bertfam.build_model(tiny_cfg, seed=0).eval(), int8=True)
     assert asked == [1] and set(sum(L.kernels_in_use(q).values(), [])) == {"int8"}
+    # int8 word embeddings alone (as the shipped MRC reader has) leave float projections: those are packed
+    from bertfam.modeling.int8 import quantize_int8
+
+    e = quantize_int8(bertfam.build_model(tiny_cfg, seed=0).eval(), modules=("embeddings.word",))
+    optimize_for_inference(e)
+    assert asked == [1, 1] and set(sum(L.kernels_in_use(e).values(), [])) == {PACKED[-1]}

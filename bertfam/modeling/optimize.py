@@ -89,7 +89,7 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
     their own way).
     Idempotent; a compiled model stays compiled."""
     linear_kernels.check_linear(linear)
-    if linear not in (None, "aten") and (compile or int8 or is_int8(model)):
+    if linear not in (None, "aten") and (compile or int8 or _int8_projections(model)):
         raise ConfigError(f"linear={linear!r} excludes compile and int8 (they replace the projections' kernel "
                           "their own way)")
     if compile and reuse_buffers:
@@ -98,7 +98,8 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
         raise ValueError("int8 and compile exclude each other: torch.compile does not trace the quantized kernels")
     if int8:
         model = quantize_int8(model)
-    if linear is None and not compile and not is_int8(model) and _float32_cpu(model):
+    # int8 word embeddings alone (the shipped MRC reader) leave float projections to speed up
+    if linear is None and not compile and not _int8_projections(model) and _float32_cpu(model):
         linear = "auto"
     if linear is not None:
         choice = linear
@@ -120,6 +121,11 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
     elif reuse:
         model = _swap(model, plain=False)
     return model
+
+
+def _int8_projections(model: nn.Module) -> bool:
+    """Whether any encoder projection is an Int8Linear (int8 embeddings alone do not count)."""
+    return any(isinstance(lin, Int8Linear) for _, _, lin in linear_kernels.projections(model))
 
 
 def _float32_cpu(model: nn.Module) -> bool:
