@@ -43,10 +43,17 @@ class SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor | Packed],
                 need_scores: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """x: (B, T, H) with an additive mask (or None), or packed real tokens (N, H) with a `Packed` plan."""
+        ctx, scores = self.context(x, mask, need_scores)
+        return self.out(ctx), scores
+
+    def context(self, x: torch.Tensor, mask: Optional[torch.Tensor | Packed],
+                need_scores: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """The attention context before the output projection, x's shape ((B, T, H) or (N, H)), and the raw
+        scores if asked; apart so that a static int8 layer can fuse the residual add into `out`."""
         p_drop = self.p_drop if self.training else 0.0
         if isinstance(mask, Packed):
             qkv = self.qkv(x).view(x.shape[0], 3, self.heads, self.head_dim)  # (N, 3, h, d)
-            return self.out(varlen.attention(qkv, mask, p_drop)), None
+            return varlen.attention(qkv, mask, p_drop), None  # (N, H)
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]  # each (B, heads, T, d)
@@ -60,5 +67,4 @@ class SelfAttention(nn.Module):
             ctx = torch.matmul(probs, v)
         else:
             ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
-        ctx = ctx.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
-        return self.out(ctx), scores
+        return ctx.transpose(1, 2).reshape(B, T, H), scores  # (B, T, H)
