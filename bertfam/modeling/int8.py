@@ -26,6 +26,9 @@ gradient, raises one ConfigError saying so; the swap turns off requires_grad of 
 parameters, so an ordinary forward with autograd on (no torch.no_grad) still runs. CPU only (the quantized
 kernels are CPU kernels). Dynamic quantization makes a row's output depend slightly on the other rows of
 its batch (they share the activation range), in the padded layout on the padding positions too.
+
+Static int8 (int8_static.py, method "static-int8"): the same weights and embeddings, the encoder layers'
+activations quantized at scales calibrated once (calibration.py), GELU and residual adds fused in the kernels.
 """
 from __future__ import annotations
 
@@ -86,7 +89,7 @@ def quantize_int8(model: nn.Module, modules: Sequence[str] = INT8_MODULES) -> nn
                              and isinstance(m.word[0], Int8Embedding) else None)
     for p in model.parameters():  # what stays float is frozen too: the model can only predict now
         p.requires_grad_(False)
-    _record(model, modules)
+    record_quantization(model, modules)
     return model.eval()
 
 
@@ -108,7 +111,8 @@ def dequantize_int8(model: nn.Module) -> nn.Module:
     for pred in [m for m in model.modules() if isinstance(m, MLMPredictor)]:
         if isinstance(pred.word[0], Int8Embedding):  # a plain list, not a child: the tied embedding
             pred.word[0] = twin(pred.word[0])
-    model = swap_modules(model, lambda m: MLMPredictor if type(m) is Int8MLMPredictor else None)
+    # the modules swapped around int8 ones (the int8 MLM predictor, a static int8 layer) name their float kind
+    model = swap_modules(model, lambda m: getattr(type(m), "float_class", None))
     for p in model.parameters():
         p.requires_grad_(True)
     plain: dict = {}  # a config shared by several modules stays shared
@@ -136,20 +140,25 @@ def _float_embedding(q: "Int8Embedding") -> nn.Embedding:
 
 
 def is_int8(model: nn.Module) -> bool:
-    """`model` holds int8 modules (quantize_int8, or an int8 checkpoint loaded by from_pretrained)."""
+    """`model` holds int8 modules (quantize_int8 or quantize_static_int8, or an int8 checkpoint loaded by
+    from_pretrained)."""
     return any(isinstance(m, (Int8Linear, Int8Embedding)) for m in model.modules())
 
 
-def _record(model: nn.Module, modules: Sequence[str]) -> None:
-    """model.config (and every submodule's `config` that is the same ModelConfig) gets the quantization."""
+def record_quantization(model: nn.Module, modules: Sequence[str], method: Optional[str] = None) -> None:
+    """model.config (and every submodule's `config` that is the same ModelConfig) gets the quantization:
+    the modules already recorded plus `modules`, under `method` (None: the recorded one, else dynamic-int8;
+    so the dynamic swap run again over a static-int8 model leaves its record static)."""
     new: dict = {}
     for m in model.modules():
         cfg = m.__dict__.get("config")
         if isinstance(cfg, ModelConfig):
             if id(cfg) not in new:
-                done = list(cfg.quantization.modules) if cfg.quantization is not None else []
+                q = cfg.quantization
+                done = list(q.modules) if q is not None else []
                 names = [n for n in INT8_MODULES if n in done or n in modules]
-                new[id(cfg)] = dataclasses.replace(cfg, quantization=QuantizationConfig(modules=names))
+                how = method or (q.method if q is not None else QuantizationConfig.method)
+                new[id(cfg)] = dataclasses.replace(cfg, quantization=QuantizationConfig(method=how, modules=names))
             m.config = new[id(cfg)]
 
 
@@ -197,7 +206,8 @@ def int8_linear(x: torch.Tensor, packed) -> torch.Tensor:
     return y.view(*x.shape[:-1], y.shape[-1])
 
 
-def _inference_only(module: nn.Module, x: Optional[torch.Tensor] = None) -> None:
+def check_inference(module: nn.Module, x: Optional[torch.Tensor] = None) -> None:
+    """One UnsupportedError line unless `module` may run int8 kernels: eval mode, no gradient wanted, CPU."""
     if module.training or (x is not None and x.requires_grad and torch.is_grad_enabled()):
         raise UnsupportedError("int8 model: inference only (int8 weights have no gradient); call model.eval() and "
                           "predict, or load the float checkpoint to train or to take gradients")
@@ -256,7 +266,7 @@ class Int8Linear(_PackedCache):
         return m
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _inference_only(self, x)
+        check_inference(self, x)
         if x.numel() == 0:
             return x.new_zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
         return int8_linear(x, self.packed())
@@ -289,7 +299,7 @@ class Int8Embedding(_PackedCache):
         return self.dequantize()
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        _inference_only(self)
+        check_inference(self)
         flat = ids.reshape(-1)  # (n,)
         rows = self.weight_int8.index_select(0, flat).float().mul_(self.weight_scale.index_select(0, flat)[:, None])
         return rows.view(*ids.shape, self.embedding_dim)  # (..., E)
@@ -297,7 +307,7 @@ class Int8Embedding(_PackedCache):
     def linear(self, h: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """h (..., E) -> (..., V) = h @ rows^T (+ bias), in int8 (the bias is added apart, so the packed rows
         do not depend on a tensor another module owns)."""
-        _inference_only(self, h)
+        check_inference(self, h)
         if h.numel() == 0:
             y = h.new_zeros(*h.shape[:-1], self.num_embeddings, dtype=torch.float32)
         else:
@@ -311,6 +321,8 @@ class Int8Embedding(_PackedCache):
 
 class Int8MLMPredictor(MLMPredictor):
     """MLMPredictor whose tied decoder runs in int8 on the Int8Embedding's rows (same weights, same names)."""
+
+    float_class = MLMPredictor  # what dequantize_int8 swaps it back to
 
     def decode(self, h: torch.Tensor) -> torch.Tensor:
         return self.word[0].linear(h, self.bias)  # (..., V)
