@@ -206,13 +206,17 @@ class FinetuneSettings(TypedSettings):
 
 
 INT8_MODULES = ("attn.qkv", "attn.out", "ffn_in", "ffn_out", "embeddings.word")  # what an int8 model quantizes
+INT8_PROJECTIONS = INT8_MODULES[:4]  # each encoder layer's projections: all four in a static-int8 model
+# dynamic-int8: activations quantized per batch at run time (modeling/int8.py); static-int8: with a scale and
+# zero point per projection input calibrated once on real inputs (modeling/int8_static.py)
+QUANTIZATION_METHODS = ("dynamic-int8", "static-int8")
 
 
 @dataclass
 class QuantizationConfig(TypedSettings):
     """An int8 checkpoint's record (`quantization` in config.json; absent in a float checkpoint). It builds the
     model: from_pretrained applies the same int8 swap (`modeling/int8.py`) before it loads the tensors, so the
-    int8 weights land in int8 modules. `bertfam quantize` writes it.
+    int8 weights land in int8 modules. `bertfam quantize` writes it (`--calibrate FILE`: static-int8).
 
     modules: every encoder layer's fused QKV, attention output, FFN in and FFN out projections, and the word
     embeddings ("embeddings.word": int8 rows, which the tied MLM decoder then multiplies with in int8 too).
@@ -220,16 +224,19 @@ class QuantizationConfig(TypedSettings):
 
     WHERE = "quantization"
 
-    method: str = "dynamic-int8"  # weights int8 on disk; activations quantized per batch at run time
+    method: str = "dynamic-int8"  # QUANTIZATION_METHODS: how activations are quantized (weights: the same)
     weights: str = "per-channel symmetric"  # one scale per output channel / row: max|w| / 127, zero point 0
     modules: list[str] = field(default_factory=lambda: list(INT8_MODULES))
 
     def check(self) -> None:
-        self.need(self.method == "dynamic-int8", "method", "'dynamic-int8'")
+        self.need(self.method in QUANTIZATION_METHODS, "method", " or ".join(map(repr, QUANTIZATION_METHODS)))
         self.need(self.weights == "per-channel symmetric", "weights", "'per-channel symmetric'")
         unknown = [m for m in self.modules if m not in INT8_MODULES]
         self.need(bool(self.modules) and not unknown, "modules",
                   f"a non-empty list of {', '.join(INT8_MODULES)}")
+        # a static layer fuses its four projections with each other (GELU, residual adds): all or none
+        self.need(self.method != "static-int8" or all(p in self.modules for p in INT8_PROJECTIONS), "modules",
+                  f"a list holding all of {', '.join(INT8_PROJECTIONS)} for static-int8")
 
 
 CLASSIFIER_POOLING = ("pooler", "cls_dense", "mean")

@@ -10,7 +10,8 @@ import torch
 
 from .io import fit_head, load_config, load_state, read_tokenizer, read_weights, with_task
 from ..convert.hf import state_from_hf
-from ..modeling.int8 import dequantize_int8, quantize_int8
+from ..modeling.int8 import dequantize_int8
+from ..modeling.int8_static import quantize_as_recorded
 from ..modeling.model import TaskModel
 
 log = logging.getLogger("bertfam")
@@ -32,7 +33,8 @@ def from_pretrained(path: str, task: Optional[str] = None, *, load_tokenizer: bo
     config's (as transformers' option); without it such a weight is a CheckpointError.
 
     An int8 checkpoint (config.json's `quantization`, written by `bertfam quantize`) loads straight into the
-    int8 modules (modeling/int8.py): inference only, CPU only. Its tensors are checked against the record:
+    int8 modules (modeling/int8.py; a static-int8 one: modeling/int8_static.py, its calibrated activation
+    scales included): inference only, CPU only. Its tensors are checked against the record:
     a missing int8 tensor, one of another dtype or shape, or float weights under an int8 config.json are a
     CheckpointError naming the file and the tensor. dequantize=True turns such a model back into float
     modules (the int8 rounding stays) so that it can be trained: the training commands pass it.
@@ -45,7 +47,7 @@ def from_pretrained(path: str, task: Optional[str] = None, *, load_tokenizer: bo
     with torch.device("meta"):
         model = TaskModel(cfg)
         if cfg.quantization is not None:  # an int8 checkpoint: int8 modules first, so its int8 tensors land in them
-            quantize_int8(model, cfg.quantization.modules)
+            quantize_as_recorded(model, cfg.quantization)
     sd, wpath = read_weights(path)
     if not native:
         sd, _ = state_from_hf(cfg, sd, wpath, consume=True)

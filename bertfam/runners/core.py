@@ -27,7 +27,9 @@ def describe_checkpoint(path: str) -> str:
     if targets is not None and targets.named:  # a head that answers with label names
         lines.append(f"labels: {cfg.head.num_labels} {cfg.head.labels[:20]}")
     q = cfg.quantization
-    lines.append(f"weights: int8 ({q.method}, {q.weights} int8 weights, float32 activations quantized per batch; "
+    acts = ("activations quantized at scales calibrated once" if q is not None and q.method == "static-int8"
+            else "float32 activations quantized per batch")
+    lines.append(f"weights: int8 ({q.method}, {q.weights} int8 weights, {acts}; "
                  f"modules {', '.join(q.modules)}; CPU inference only)" if q else "weights: float")
     lines.append("config:")
     for f in dataclasses.fields(cfg):

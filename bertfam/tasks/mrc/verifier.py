@@ -232,7 +232,7 @@ def apply_delta(model, delta_dir: str):
     from safetensors.torch import load_file
 
     from ...checkpoint.io import config_from_dict
-    from ...modeling.int8 import quantize_int8
+    from ...modeling.int8_static import quantize_as_recorded
     from ...modeling.model import TaskModel
 
     wpath, hpath = os.path.join(delta_dir, DELTA_WEIGHTS), os.path.join(delta_dir, DELTA_HEAD)
@@ -249,7 +249,7 @@ def apply_delta(model, delta_dir: str):
         raise CheckpointError(f"{hpath}: head task {cfg.head.task!r}, a verifier delta is a 2-label classifier")
     new = TaskModel(cfg)
     if model.config.quantization is not None:
-        quantize_int8(new, model.config.quantization.modules)
+        quantize_as_recorded(new, model.config.quantization)
     target = new.state_dict()
     sd = {k: v for k, v in model.state_dict().items() if k in target}
     for k, v in load_file(wpath).items():

@@ -1,0 +1,300 @@
+"""Static int8 CPU inference (issue #26): activation scales calibrated once, GELU and residual adds fused.
+
+Method "static-int8" (`QuantizationConfig.method`; `bertfam quantize SRC DST --calibrate FILE`). Weights: the
+dynamic method's (int8.py), the same `weight_int8` / `weight_scale` / `bias` tensors, so one checkpoint's
+weights serve both methods. Activations: uint8 per tensor, with a scale and zero point per projection input
+fixed at calibration (calibration.py: a float forward over real inputs, real tokens only) and stored as the
+buffers `input_scale` (float32, ()) and `input_zero_point` (int32, ()) of each encoder projection. Dynamic
+quantization finds each batch's range (a reduction over the whole activation), quantizes in a pass of its
+own, and leaves GELU, bias and residual adds to separate float ops; here the range is known, so quantizing
+an input is one elementwise op and the rest happens inside the GEMM's post-ops. Per encoder layer:
+
+    x ─quantize─► qkv ─► float32 ─► attention (float32) ─► ctx ─quantize─► out (+ x) ─► attn_norm ─► x1
+    x1 ─quantize─► ffn_in (GELU; uint8 at ffn_out's input scale) ─► ffn_out (+ x1, in place) ─► ffn_norm
+
+so an FFN's intermediate activation is never float32, and ffn_out's input needs no quantize pass.
+
+Kernel: PyTorch's own oneDNN quantized linear, what its PT2E X86InductorQuantizer lowers a static int8 linear
+to: `torch.ops.onednn.qlinear_prepack` once (a cache, rebuilt lazily as Int8Linear's), then
+`torch.ops.onednn.qlinear_pointwise` per call. Its semantics, checked on small tensors against a float
+reference (tests/test_int8_static.py asserts each point), torch 2.13:
+- qlinear_prepack(w int8 (N, K), x_shape or None): an opaque mkldnn tensor; None packs for any row count.
+- qlinear_pointwise(qx, x_scale, x_zp, packed, w_scale, w_zp, bias, out_scale, out_zp, out_dtype, post_op,
+  post_op_args, post_op_algorithm): y = post_op((qx - x_zp) * x_scale @ (qw * w_scale[:, None]).T + bias).
+  qx: uint8 with any zero point in 0..255, or int8; both exact. We use uint8 with an asymmetric zero point:
+  u8 x s8 is the VNNI instruction's own operand pair, and GELU's output (ffn_out's input) is far from
+  symmetric. qx may be (M, K) or (..., K) (the output keeps the leading shape).
+  w_scale: float32 (N,) per output channel ((1,) per tensor also works; float64 is refused). w_zp: ignored
+  (any value gives the zero-point-0 result), so weights must be symmetric, as ours are.
+  out_dtype float32 (or bfloat16): y itself, and then out_scale must be 1.0 and out_zp 0 (else a
+  RuntimeError). out_dtype None: quantized codes in the input's dtype (uint8 for uint8 input) =
+  clamp(round(y / out_scale) + out_zp); torch.uint8 / torch.int8 name that dtype explicitly.
+  post_op "gelu" (algorithm "none": erf, "tanh": the tanh approximation), "relu", "tanh", "swish" (SiLU),
+  "hardswish" with [] args; "silu" by that name is refused.
+- qlinear_pointwise.binary(..., other, bias, out_scale, out_zp, out_dtype, other_scale, other_zp,
+  binary_post_op, alpha, unary_post_op, ...): y + other (float32 `other`, other_scale 1.0, other_zp 0).
+  "add" returns a new tensor; "sum" accumulates into `other` in place and returns it.
+- A row's result does not depend on the other rows: (M, K) at once equals row by row, bit for bit.
+Quantizing an input: `torch.quantize_per_tensor` (one vectorised pass; its uint8 storage read as a plain
+uint8 tensor without a copy: int_repr() copies, and round/clamp/cast as torch ops are four passes).
+
+Structure: the swap (`quantize_static_int8`, or from_pretrained of a static-int8 checkpoint through
+`quantize_as_recorded`) makes the dynamic int8 modules first (int8.quantize_int8: weights, embeddings),
+then replaces each encoder layer's four Int8Linear by the static module of its place (the same weight
+tensors) and the layer by a `StaticInt8Layer` holding the same children (swap.py, as optimize.py does):
+its one forward calls the fused modules. Inference only, CPU only (the Int8Linear rules: a forward in train
+mode, or of an input that requires a gradient, is one UnsupportedError line). Unlike dynamic int8, a row's
+output does not depend on the other rows of its batch, nor on padding: every scale is fixed.
+"""
+from __future__ import annotations
+
+import threading
+import warnings
+from typing import NamedTuple, Optional, Sequence
+
+import torch
+from torch import nn
+
+from ..config import INT8_MODULES, INT8_PROJECTIONS, QuantizationConfig
+from ..errors import ConfigError
+from .activations import ACT
+from .encoder import Encoder, Layer
+from .int8 import Int8Linear, check_inference, quantize_int8, record_quantization
+from .swap import rebuilt_as, swap_modules
+
+METHOD = "static-int8"
+# the oneDNN post-op (name, algorithm) computing each activation of activations.ACT (see above)
+POST_OPS = {"gelu": ("gelu", "none"), "gelu_new": ("gelu", "tanh"), "gelu_pytorch_tanh": ("gelu", "tanh"),
+            "gelu_fast": ("gelu", "tanh"), "relu": ("relu", ""), "silu": ("swish", ""), "swish": ("swish", ""),
+            "tanh": ("tanh", "")}
+_QUIET = threading.Lock()
+_quiet = [False]  # torch.quantize_per_tensor's deprecation warning was silenced (it warns once per process)
+
+
+class Kernel(NamedTuple):
+    """What a static projection's forward needs, made once (`StaticInt8Linear.kernel`)."""
+
+    packed: torch.Tensor  # onednn.qlinear_prepack of weight_int8
+    w_zp: torch.Tensor  # (N,) zeros: the op's weight zero points (ignored by it; symmetric weights)
+    scale: float  # the input's calibrated scale
+    zero_point: int  # and zero point (uint8 codes)
+
+
+# ---------------------------------------------------------------- the kernels
+def quantize_u8(x: torch.Tensor, scale: float, zero_point: int) -> torch.Tensor:
+    """x (...) float32 -> uint8 codes clamp(round(x / scale) + zero_point, 0, 255), same shape."""
+    _silence_deprecation()
+    q = torch.quantize_per_tensor(x.float(), scale, zero_point, torch.quint8)
+    # the quint8 storage holds exactly those bytes: read it as uint8 (int_repr() would copy it)
+    return torch.empty(0, dtype=torch.uint8, device=x.device).set_(q.untyped_storage(), q.storage_offset(),
+                                                                   q.shape, q.stride())
+
+
+def _silence_deprecation() -> None:
+    """torch.quantize_per_tensor warns (once per process) that torch.ao is deprecated: take that one warning
+    here, under a lock, so that no caller sees it (catch_warnings per call would not be thread-safe)."""
+    if not _quiet[0]:
+        with _QUIET, warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            torch.quantize_per_tensor(torch.zeros(1), 1.0, 0, torch.quint8)
+            _quiet[0] = True
+
+
+def qparams_from_range(lo: float, hi: float) -> tuple[float, int]:
+    """uint8 (scale, zero point) covering [lo, hi] widened to hold 0 (so that 0 is exact: zero padding)."""
+    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    scale = max((hi - lo) / 255.0, torch.finfo(torch.float32).eps)  # an all-zero input: any scale
+    return scale, int(min(255, max(0, round(-lo / scale))))
+
+
+# ---------------------------------------------------------------- the modules
+class StaticInt8Linear(Int8Linear):
+    """An encoder projection with int8 weights (Int8Linear's tensors) and an input scale fixed at calibration:
+    (..., in_features) float32, or uint8 codes at this input's scale -> (..., out_features) float32. attn.qkv."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None) -> None:
+        super().__init__(in_features, out_features, bias, device)
+        self.register_buffer("input_scale", torch.full((), float("nan"), device=device))  # nan: not calibrated
+        self.register_buffer("input_zero_point", torch.zeros((), dtype=torch.int32, device=device))
+
+    @classmethod
+    def from_int8(cls, lin: Int8Linear) -> "StaticInt8Linear":
+        """The static module over `lin`'s very weight tensors, not calibrated yet."""
+        m = cls(lin.in_features, lin.out_features, lin.bias is not None, device=lin.weight_int8.device)
+        m.weight_int8, m.weight_scale, m.bias = lin.weight_int8, lin.weight_scale, lin.bias
+        return m
+
+    def set_input_qparams(self, scale: float, zero_point: int) -> None:
+        with torch.no_grad():
+            self.input_scale.fill_(scale)
+            self.input_zero_point.fill_(zero_point)
+        self._packed = None
+
+    def kernel(self) -> Kernel:
+        """The packed weights and the input's qparams as Python numbers, made on first use (a cache, dropped
+        on load_state_dict or a device change as Int8Linear's)."""
+        if self._packed is None:
+            scale, zp = float(self.input_scale), int(self.input_zero_point)
+            if not scale > 0:  # nan: the swap ran without calibration and nothing was loaded since
+                raise ConfigError("static int8: a projection has no calibrated input scale (calibrate first: "
+                                  "bertfam quantize --calibrate FILE, or load a static-int8 checkpoint)")
+            w_zp = torch.zeros(self.out_features, dtype=torch.long)
+            self._packed = Kernel(torch.ops.onednn.qlinear_prepack(self.weight_int8, None), w_zp, scale, zp)
+        return self._packed
+
+    def packed(self):
+        return self.kernel().packed
+
+    def input_qparams(self) -> tuple[float, int]:
+        k = self.kernel()
+        return k.scale, k.zero_point
+
+    def quantize(self, x: torch.Tensor) -> torch.Tensor:
+        """x as uint8 codes at this projection's input scale (uint8 input: already so, from the one before)."""
+        if x.dtype == torch.uint8:
+            return x
+        k = self.kernel()
+        return quantize_u8(x, k.scale, k.zero_point)
+
+    def rows(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., K) as (M, K) uint8 codes (the kernel flattens an empty input's leading shape: we reshape
+        back ourselves, the same way for every input)."""
+        return self.quantize(x).reshape(-1, self.in_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_inference(self, x)
+        k = self.kernel()
+        y = torch.ops.onednn.qlinear_pointwise(self.rows(x), k.scale, k.zero_point, k.packed, self.weight_scale,
+                                               k.w_zp, self.bias, 1.0, 0, torch.float32, "none", [], "")  # (M, N)
+        return y.view(*x.shape[:-1], self.out_features)
+
+
+class StaticInt8LinearAdd(StaticInt8Linear):
+    """x W^T + b + residual in one kernel (the residual added by its binary post-op): attn.out, ffn_out.
+    inplace=True (as nn.ReLU's) writes the sum into `residual` and returns it: ffn_out, whose residual is
+    its own layer's intermediate; attn.out's residual is the layer's input, which callers may still hold."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None,
+                 inplace: bool = False) -> None:
+        super().__init__(in_features, out_features, bias, device)
+        self.inplace = inplace
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """x (..., in) float32 or uint8 codes, residual (..., out) float32 contiguous -> (..., out) float32."""
+        check_inference(self, x)
+        k = self.kernel()
+        other = residual.contiguous().view(-1, self.out_features)  # (M, N), residual's own memory
+        y = torch.ops.onednn.qlinear_pointwise.binary(
+            self.rows(x), k.scale, k.zero_point, k.packed, self.weight_scale, k.w_zp, other, self.bias, 1.0, 0,
+            torch.float32, 1.0, 0, "sum" if self.inplace else "add", 1.0, "none", [], "")  # (M, N)
+        return y.view(residual.shape)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (", inplace=True" if self.inplace else "")
+
+
+class StaticInt8LinearAct(StaticInt8Linear):
+    """act(x W^T + b) in one kernel (the activation a post-op), returned as uint8 codes at the next
+    projection's input scale, which reads them as they are: ffn_in (then ffn_out)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None,
+                 act: str = "gelu") -> None:
+        super().__init__(in_features, out_features, bias, device)
+        if act not in POST_OPS:
+            raise ConfigError(f"static int8: no fused kernel for the activation {act!r} (known: "
+                              f"{', '.join(POST_OPS)})")
+        self.act = act
+
+    def forward(self, x: torch.Tensor, out_qparams: tuple[float, int]) -> torch.Tensor:
+        """x (..., in) float32 -> (..., out) uint8 codes of act(x W^T + b) at out_qparams (scale, zero point)."""
+        check_inference(self, x)
+        k = self.kernel()
+        name, algorithm = POST_OPS[self.act]
+        y = torch.ops.onednn.qlinear_pointwise(self.rows(x), k.scale, k.zero_point, k.packed, self.weight_scale,
+                                               k.w_zp, self.bias, out_qparams[0], out_qparams[1], torch.uint8,
+                                               name, [], algorithm)  # (M, N) uint8
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, act={self.act}"
+
+
+class StaticInt8Layer(Layer):
+    """A post-LN layer over static int8 projections: the same computation as Layer in eval mode, with GELU
+    and both residual adds inside the int8 kernels (module docstring). Made by the swap, never directly."""
+
+    float_class = Layer  # what dequantize_int8 swaps it back to
+
+    def forward(self, x: torch.Tensor, mask, need_scores: bool = False):
+        """x: (B, T, H) with an additive mask (or None), or packed (N, H) with a varlen.Packed plan."""
+        check_inference(self, x)
+        ctx, scores = self.attn.context(x, mask, need_scores)  # x's shape, float32
+        x1 = self.attn_norm(self.attn.out(ctx, x))  # LN(x + out(ctx))
+        f = self.ffn_in(x1, self.ffn_out.input_qparams())  # (..., I) uint8: GELU(ffn_in(x1)) at ffn_out's scale
+        return self.ffn_norm(self.ffn_out(f, x1)), scores  # LN(x1 + ffn_out(f)), the sum written over x1
+
+
+# ---------------------------------------------------------------- the swap
+def quantize_static_int8(model: nn.Module, calibration: Optional[dict] = None,
+                         modules: Sequence[str] = INT8_MODULES) -> nn.Module:
+    """Swap `model`'s encoder layers for static int8 ones, in place (and the other `modules`: the word
+    embeddings as the dynamic method's); returns it, in eval mode, its config recording static-int8.
+    calibration: {projection module name in `model`: (scale, zero point)} of all its encoder projections
+    (calibration.calibrate of this float model); None leaves them to a load_state_dict (from_pretrained
+    swaps on the meta device, then loads a static checkpoint's scales). Works on the meta device."""
+    modules = [modules] if isinstance(modules, str) else list(modules)
+    missing = [p for p in INT8_PROJECTIONS if p not in modules]
+    if missing:
+        raise ConfigError(f"static int8 quantizes every encoder projection: modules lack {', '.join(missing)}")
+    model = quantize_int8(model, modules)
+    _swap_projections(model)
+    # every layer over static projections (a buffer-reusing one too): only StaticInt8Layer can call them
+    model = swap_modules(model, lambda m: StaticInt8Layer if isinstance(m, Layer) and _static(m) else None)
+    if calibration is not None:  # the swaps keep every module's name
+        _set_calibration(model, calibration)
+    record_quantization(model, modules, METHOD)
+    return model.eval()
+
+
+def quantize_as_recorded(model: nn.Module, q: QuantizationConfig) -> nn.Module:
+    """The swap a checkpoint's quantization record names (from_pretrained, verifier deltas); the static
+    scales come with the checkpoint's tensors."""
+    if q.method == METHOD:
+        return quantize_static_int8(model, None, q.modules)
+    return quantize_int8(model, q.modules)
+
+
+def is_static_int8(model: nn.Module) -> bool:
+    return any(isinstance(m, StaticInt8Linear) for m in model.modules())
+
+
+def _swap_projections(model: nn.Module) -> None:
+    """Each layer's four Int8Linear -> the static module of its place, over the same tensors."""
+    for enc in [m for m in model.modules() if isinstance(m, Encoder)]:
+        act = next(k for k, f in ACT.items() if f is enc.layers[0].act) if len(enc.layers) else "gelu"
+        for layer in enc.layers:
+            for owner, attr, new in ((layer.attn, "qkv", StaticInt8Linear), (layer.attn, "out", StaticInt8LinearAdd),
+                                     (layer, "ffn_in", StaticInt8LinearAct), (layer, "ffn_out", StaticInt8LinearAdd)):
+                lin = getattr(owner, attr)
+                if type(lin) is Int8Linear:
+                    m = new.from_int8(lin)
+                    if attr == "ffn_out":
+                        m.inplace = True  # its residual is the layer's own x1
+                    if attr == "ffn_in":
+                        m.act = act
+                    setattr(owner, attr, m)
+
+
+def _static(layer: Layer) -> bool:
+    return isinstance(layer.attn.qkv, StaticInt8Linear)
+
+
+def _set_calibration(model: nn.Module, calibration: dict) -> None:
+    """Each static projection's input qparams from `calibration` (keyed by module name)."""
+    todo = {n: m for n, m in model.named_modules() if isinstance(m, StaticInt8Linear)}
+    lacking = sorted(n for n in todo if n not in calibration)
+    if lacking:
+        raise ConfigError(f"static int8: the calibration has no scale for {lacking[0]} ({len(lacking)} "
+                          "projections lack one); calibrate this very model")
+    for n, m in todo.items():
+        m.set_input_qparams(*calibration[n])

@@ -1,0 +1,332 @@
+"""Static int8 (modeling/int8_static.py, modeling/calibration.py, `bertfam quantize --calibrate`): the oneDNN ops'
+semantics the modules rely on, accuracy against float measured beside dynamic int8 on the same model, layouts,
+padding and batch independence, checkpoints (static round trip, dynamic ones unchanged), the inference-only
+rule.
+
+Hidden size 256 wherever outputs are compared, as in test_int8.py (smaller random layers saturate the int16
+pair sums of non-VNNI int8 kernels)."""
+import copy
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import bertfam
+from bertfam import HeadConfig
+from bertfam.config import QuantizationConfig
+from bertfam.errors import ConfigError
+from bertfam.modeling.activations import ACT
+from bertfam.modeling.calibration import OBSERVERS, calibrate
+from bertfam.modeling.encoder import Layer
+from bertfam.modeling.int8 import Int8Linear, is_int8, quantize_int8
+from bertfam.modeling.int8_static import (POST_OPS, StaticInt8Layer, StaticInt8Linear, StaticInt8LinearAct,
+                                          StaticInt8LinearAdd, is_static_int8, quantize_static_int8, quantize_u8)
+from bertfam.modeling.optimize import optimize_for_inference, reuses_buffers
+
+from .test_varlen import _batch
+
+SMALL = dict(vocab_size=300, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024,
+             max_position_embeddings=64)
+ONEDNN = torch.ops.onednn
+
+
+def _cfg(family="bert-base", **head):
+    kw = dict(SMALL, **({"embedding_size": 128, "num_hidden_groups": 1} if family == "albert-base" else {}))
+    return bertfam.preset(family, **kw, head=HeadConfig(**head))
+
+
+def _calib(cfg):
+    return [_batch(cfg, B=8, T=32, seed=s) for s in range(4)]
+
+
+def _static(plain, observer="minmax"):
+    m = copy.deepcopy(plain)
+    return quantize_static_int8(m, calibrate(m, _calib(plain.config), observer))
+
+
+def _hidden(model, kw, packing="auto"):
+    with torch.inference_mode():
+        return model(**kw, packing=packing).last_hidden_state
+
+
+def _max_diff(a, b, real):
+    return float((a - b)[real].abs().max())
+
+
+@pytest.fixture(scope="module")
+def plain():
+    return bertfam.build_model(_cfg(task=None), seed=0).eval()
+
+
+# ---------------------------------------------------------------- the oneDNN ops, on small tensors
+@pytest.fixture(scope="module")
+def op():
+    """A random int8 linear: x (7, 64), per-row symmetric int8 weights (48, 64), bias; packed."""
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(7, 64, generator=g), torch.randn(48, 64, generator=g) * 0.1, torch.randn(48, generator=g)
+    ws = w.abs().amax(1) / 127
+    qw = torch.round(w / ws[:, None]).clamp(-127, 127).to(torch.int8)
+    return dict(x=x, b=b, ws=ws, qw=qw, wd=qw.float() * ws[:, None], packed=ONEDNN.qlinear_prepack(qw, None),
+                wzp=torch.zeros(48, dtype=torch.long))
+
+
+def _codes(x, scale, zp, lo=0, hi=255, dtype=torch.uint8):
+    return torch.clamp(torch.round(x / scale) + zp, lo, hi).to(dtype)
+
+
+def _ql(o, qx, s, zp, out_scale=1.0, out_zp=0, dtype=torch.float32, post="none", alg="", wzp=None, ws=None):
+    return ONEDNN.qlinear_pointwise(qx, s, zp, o["packed"], o["ws"] if ws is None else ws,
+                                    o["wzp"] if wzp is None else wzp, o["b"], out_scale, out_zp, dtype, post, [], alg)
+
+
+def test_qlinear_input_codes_and_zero_points(op):
+    """uint8 input with any zero point and int8 input are both exact: y = (qx - zp) * s @ W^T + b."""
+    for dtype, zp, lo, hi in ((torch.uint8, 0, 0, 255), (torch.uint8, 128, 0, 255), (torch.uint8, 77, 0, 255),
+                              (torch.int8, 0, -128, 127), (torch.int8, 10, -128, 127)):
+        qx = _codes(op["x"], 0.02, zp, lo, hi, dtype)
+        ref = (qx.float() - zp) * 0.02 @ op["wd"].t() + op["b"]
+        assert float((_ql(op, qx, 0.02, zp) - ref).abs().max()) < 1e-5, (dtype, zp)
+    qx = _codes(op["x"], 0.02, 128)
+    y = _ql(op, qx, 0.02, 128)
+    assert torch.equal(_ql(op, qx.view(1, 7, 64), 0.02, 128), y.view(1, 7, 48))  # any leading shape
+    assert _ql(op, qx[:0], 0.02, 128).shape == (0, 48)
+    # weight zero points are ignored (symmetric weights only); per-tensor (1,) scales work; float64 refused
+    assert torch.equal(_ql(op, qx, 0.02, 128, wzp=torch.ones(48, dtype=torch.long)), y)
+    _ql(op, qx, 0.02, 128, ws=op["ws"][:1], wzp=op["wzp"][:1])
+    with pytest.raises(RuntimeError, match="Float"):
+        _ql(op, qx, 0.02, 128, ws=op["ws"].double())
+
+
+def test_qlinear_output_dtypes_and_post_ops(op):
+    qx = _codes(op["x"], 0.02, 128)
+    ref = (qx.float() - 128) * 0.02 @ op["wd"].t() + op["b"]
+    with pytest.raises(RuntimeError, match="scale=1 and zero point=0 for fp32 output"):
+        _ql(op, qx, 0.02, 128, out_scale=0.5, out_zp=3)
+    # output_dtype None: codes in the input's dtype at (out_scale, out_zp), as explicit uint8 / int8 give
+    for dtype, want, lo, hi, zp in ((None, torch.uint8, 0, 255, 100), (torch.uint8, torch.uint8, 0, 255, 100),
+                                    (torch.int8, torch.int8, -128, 127, 0)):
+        y = _ql(op, qx, 0.02, 128, out_scale=0.05, out_zp=zp, dtype=dtype)
+        assert y.dtype == want and torch.equal(y, _codes(ref, 0.05, zp, lo, hi, want)), dtype
+    assert _ql(op, _codes(op["x"], 0.02, 0, -128, 127, torch.int8), 0.02, 0, 0.05, 0, None).dtype == torch.int8
+    for alg in ("none", "tanh"):  # GELU, erf or tanh approximation, as a post-op; fused with uint8 output too
+        assert float((_ql(op, qx, 0.02, 128, post="gelu", alg=alg) - F.gelu(ref, approximate=alg)).abs().max()) < 1e-5
+        y = _ql(op, qx, 0.02, 128, 0.05, 100, torch.uint8, "gelu", alg)
+        assert int((y.int() - _codes(F.gelu(ref, approximate=alg), 0.05, 100).int()).abs().max()) <= 1
+    with pytest.raises(RuntimeError, match="unsupported unary post op silu"):
+        _ql(op, qx, 0.02, 128, post="silu")  # SiLU is "swish" to oneDNN
+
+
+def test_qlinear_binary_add_and_sum(op):
+    qx = _codes(op["x"], 0.02, 128)
+    ref = (qx.float() - 128) * 0.02 @ op["wd"].t() + op["b"]
+    other = torch.randn(7, 48)
+    for kind in ("add", "sum"):
+        o = other.clone()
+        y = ONEDNN.qlinear_pointwise.binary(qx, 0.02, 128, op["packed"], op["ws"], op["wzp"], o, op["b"], 1.0, 0,
+                                            torch.float32, 1.0, 0, kind, 1.0, "none", [], "")
+        assert float((y - (ref + other)).abs().max()) < 1e-5
+        # "add": a new tensor; "sum": accumulated into `other`, which it returns
+        assert (y.data_ptr() == o.data_ptr()) == (kind == "sum") and torch.equal(o, other) == (kind == "add")
+
+
+def test_qlinear_rows_do_not_depend_on_each_other(op):
+    qx = _codes(torch.randn(37, 64, generator=torch.Generator().manual_seed(1)), 0.02, 128)
+    full = _ql(op, qx, 0.02, 128)
+    assert torch.equal(full, torch.cat([_ql(op, qx[i:i + 1], 0.02, 128) for i in range(37)]))
+
+
+def test_quantize_u8_is_round_half_even_and_clamp():
+    x = torch.tensor([-100.0, -0.05, -0.025, 0.0, 0.025, 0.075, 1.0, 100.0]).repeat(3, 1)  # (3, 8)
+    q = quantize_u8(x, 0.05, 128)
+    assert q.dtype == torch.uint8 and q.shape == x.shape and not q.is_quantized
+    assert torch.equal(q, _codes(x, 0.05, 128))  # torch.round: half to even, as the kernel's quantizer
+    assert quantize_u8(x[:, ::2], 0.05, 128).shape == (3, 4)
+
+
+# ---------------------------------------------------------------- the modules
+def test_static_modules_against_their_float_reference():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(256, 96)
+    torch.nn.init.normal_(lin.weight, 0.0, 0.02)
+    q = Int8Linear.from_linear(lin)
+    x, res = torch.randn(2, 5, 256), torch.randn(2, 5, 96)
+    s, zp = 8.0 / 255, 128
+    xq = (quantize_u8(x, s, zp).float() - zp) * s  # x as its uint8 codes stand for it
+    ref = xq @ q.dequantize().t() + q.bias  # the int8 weights, the quantized input, float arithmetic
+    with torch.inference_mode():
+        plain, add, add_ = (c.from_int8(q).eval() for c in (StaticInt8Linear, StaticInt8LinearAdd, StaticInt8LinearAdd))
+        add_.inplace = True
+        for m in (plain, add, add_):
+            m.set_input_qparams(s, zp)
+        assert plain.weight_int8 is q.weight_int8  # the same tensors: one checkpoint serves both methods
+        assert float((plain(x) - ref).abs().max()) < 1e-5
+        assert torch.equal(plain(x), plain(quantize_u8(x, s, zp)))  # uint8 input: codes at its own scale
+        assert torch.equal(add(x, res), plain(x) + res)
+        r = res.clone()
+        assert torch.equal(add_(x, r), plain(x) + res) and torch.equal(r, plain(x) + res)  # inplace: into res
+        assert plain(x[:0]).shape == (0, 5, 96)
+    assert set(plain.state_dict()) == {"weight_int8", "weight_scale", "bias", "input_scale", "input_zero_point"}
+
+
+@pytest.mark.parametrize("act", sorted(ACT))
+def test_every_activation_has_its_fused_post_op(act):
+    assert act in POST_OPS
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 32)
+    m = StaticInt8LinearAct.from_int8(Int8Linear.from_linear(lin)).eval()
+    m.act = act
+    m.set_input_qparams(6.0 / 255, 128)
+    x = torch.randn(9, 64)
+    with torch.inference_mode():
+        ref = ACT[act](StaticInt8Linear.forward(m, x))  # the same int8 product, activation in float
+        y = m(x, (0.02, 40))
+    assert y.dtype == torch.uint8 and int((y.int() - _codes(ref, 0.02, 40).int()).abs().max()) <= 1, act
+
+
+# ---------------------------------------------------------------- accuracy, layouts, padding, batches
+def test_static_is_as_close_to_float_as_dynamic(plain):
+    """The tolerance is dynamic int8's own error on the same model and held-out batch (measured here: about
+    1.9e-2 max |diff| for either, on hidden states of mean |x| ~0.8), with 25 % headroom."""
+    kw = _batch(plain.config, B=6, T=24, seed=99)
+    real = kw["attention_mask"].bool()
+    ref = _hidden(plain, kw)
+    dynamic = _max_diff(_hidden(quantize_int8(copy.deepcopy(plain)), kw), ref, real)
+    errors = {}
+    for observer in OBSERVERS:
+        m = _static(plain, observer)
+        errors[observer] = _max_diff(_hidden(m, kw), ref, real)
+    print(f"max |hidden - float| on real tokens: dynamic {dynamic:.3e}, static {errors}")
+    assert 0 < errors["minmax"] <= 1.25 * dynamic
+    assert errors["minmax"] < errors["percentile"]  # the default: clipping outliers costs more than it gains
+
+
+def test_layouts_agree_and_other_families(plain):
+    m = _static(plain)
+    assert all(type(layer) is StaticInt8Layer for layer in m.backbone.encoder.layers)
+    kw = _batch(plain.config, B=5, T=20, seed=7)
+    real = kw["attention_mask"].bool()
+    assert _max_diff(_hidden(m, kw, "padded"), _hidden(m, kw, "auto"), real) < 1e-5
+    albert = bertfam.build_model(_cfg("albert-base", task="mlm"), seed=0).eval()
+    q = _static(albert)
+    with torch.inference_mode():
+        ref, out = albert(**kw).logits, q(**kw).logits
+    assert float((out - ref)[real].norm() / ref[real].norm()) < 0.05
+
+
+def test_calibration_sees_real_tokens_only(plain):
+    cfg = plain.config
+    b = _batch(cfg, B=4, T=20, seed=5)
+    longer = {k: F.pad(v, (0, 12), value=cfg.pad_token_id if k == "input_ids" else 0) for k, v in b.items()}
+    a = calibrate(plain, [b])
+    assert len(a) == 4 * cfg.num_hidden_layers
+    plain.packing = "padded"  # the padded layout: (B, T, K) inputs, cut to the real tokens
+    try:
+        padded = calibrate(plain, [longer])
+    finally:
+        plain.packing = "auto"
+    for other in (calibrate(plain, [longer]), padded):
+        assert a.keys() == other.keys()
+        for n in a:
+            assert abs(a[n][0] - other[n][0]) <= 1e-5 * a[n][0] and a[n][1] == other[n][1], n
+    with pytest.raises(ConfigError, match="observer 'median' not in minmax, percentile, mse"):
+        calibrate(plain, [b], "median")
+    with pytest.raises(ConfigError, match="saw no input"):
+        calibrate(optimize_for_inference(copy.deepcopy(plain), linear="aten"), [b])  # layers bypass the modules
+    with pytest.raises(ConfigError, match="float nn.Linear"):
+        calibrate(quantize_int8(copy.deepcopy(plain)), [b])
+
+
+def test_a_rows_output_does_not_depend_on_the_rest_of_its_batch(plain):
+    """Static: every scale is fixed, so a sequence's output is the same alone or in any batch, padded or
+    not. Dynamic int8 shares one activation range across the batch: there it moves."""
+    cfg = plain.config
+    kw = _batch(cfg, B=6, T=24, seed=11)
+    n = int(kw["attention_mask"][2].sum())
+    alone = {k: v[2:3, :n] for k, v in kw.items()}
+    static, dynamic = _static(plain), quantize_int8(copy.deepcopy(plain))
+    for packing in ("auto", "padded"):
+        s = float((_hidden(static, kw, packing)[2, :n] - _hidden(static, alone, packing)[0]).abs().max())
+        d = float((_hidden(dynamic, kw, packing)[2, :n] - _hidden(dynamic, alone, packing)[0]).abs().max())
+        assert s < 1e-5 and d > 1e-4, (packing, s, d)
+
+
+# ---------------------------------------------------------------- swap rules
+def test_inference_only_cpu_only_and_uncalibrated(plain):
+    m = _static(plain)
+    kw = _batch(plain.config, B=2, T=8)
+    out = m(**kw)  # autograd on: runs, nothing requires a gradient
+    assert not out.last_hidden_state.requires_grad and is_int8(m) and is_static_int8(m)
+    m.train()
+    with pytest.raises(bertfam.UnsupportedError, match="inference only .*model.eval") as e:
+        m(**kw)
+    assert "\n" not in str(e.value)
+    m.eval()
+    emb = torch.ones(2, 8, 256, requires_grad=True)
+    with pytest.raises(bertfam.UnsupportedError, match="inference only"):
+        m(inputs_embeds=emb, attention_mask=kw["attention_mask"])
+    raw = quantize_static_int8(copy.deepcopy(plain))  # no calibration given, nothing loaded
+    with pytest.raises(ConfigError, match="no calibrated input scale"):
+        raw(**kw)
+    with pytest.raises(ConfigError, match="modules lack attn.out"):
+        quantize_static_int8(copy.deepcopy(plain), None, ["attn.qkv", "ffn_in", "ffn_out"])
+
+
+def test_optimize_for_inference_keeps_the_static_layers(plain):
+    m = _static(plain)
+    kw = _batch(plain.config, B=4, T=16, seed=2)
+    before = _hidden(m, kw)
+    assert optimize_for_inference(m) is m and reuses_buffers(m)
+    assert all(type(layer) is StaticInt8Layer for layer in m.backbone.encoder.layers)
+    assert torch.equal(_hidden(m, kw), before)
+    optimize_for_inference(m, int8=True)  # the dynamic swap over a static model: the record stays static
+    assert m.config.quantization.method == "static-int8"
+    with pytest.raises(ValueError, match="int8 and compile"):
+        optimize_for_inference(m, compile=True)
+    # a model already buffer-reusing becomes static layers all the same (only they can call the modules)
+    fast = optimize_for_inference(copy.deepcopy(plain), linear="aten")
+    quantize_static_int8(fast, calibrate(plain, _calib(plain.config)))
+    assert all(type(layer) is StaticInt8Layer for layer in fast.backbone.encoder.layers)
+    assert torch.equal(_hidden(fast, kw), before)
+    twin = copy.deepcopy(m)  # the packed cache is dropped, rebuilt on first use
+    assert torch.equal(_hidden(twin, kw), before)
+
+
+# ---------------------------------------------------------------- checkpoints
+def test_static_checkpoint_round_trip(plain, tmp_path):
+    m = _static(bertfam.build_model(_cfg(task="span"), seed=0).eval())
+    m.save_pretrained(str(tmp_path / "s"))
+    cfg = json.load(open(tmp_path / "s" / "config.json"))
+    assert cfg["quantization"]["method"] == "static-int8"
+    back = bertfam.from_pretrained(str(tmp_path / "s"))
+    assert type(back.backbone.encoder.layers[0]) is StaticInt8Layer
+    assert type(back.backbone.encoder.layers[0].ffn_in) is StaticInt8LinearAct
+    assert back.backbone.encoder.layers[1].ffn_out.inplace and not back.backbone.encoder.layers[1].attn.out.inplace
+    kw = _batch(back.config, B=4, T=16, seed=1)
+    with torch.inference_mode():
+        for packing in ("auto", "padded"):
+            a, b = m(**kw, packing=packing), back(**kw, packing=packing)
+            assert torch.equal(a.start_logits, b.start_logits) and torch.equal(a.last_hidden_state, b.last_hidden_state)
+    trainable = bertfam.from_pretrained(str(tmp_path / "s"), dequantize=True)  # the training commands' load
+    assert not is_int8(trainable) and trainable.config.quantization is None
+    assert all(type(layer) is Layer for layer in trainable.backbone.encoder.layers)
+    assert all(p.requires_grad for p in trainable.parameters())
+    trainable.train()(**kw).last_hidden_state.sum().backward()
+
+
+def test_dynamic_checkpoints_load_as_before(plain, tmp_path):
+    dyn = quantize_int8(copy.deepcopy(plain))
+    dyn.save_pretrained(str(tmp_path / "d"))
+    cfg = json.load(open(tmp_path / "d" / "config.json"))
+    assert cfg["quantization"] == {"method": "dynamic-int8", "weights": "per-channel symmetric",
+                                   "modules": ["attn.qkv", "attn.out", "ffn_in", "ffn_out", "embeddings.word"]}
+    back = bertfam.from_pretrained(str(tmp_path / "d"))
+    assert not is_static_int8(back) and type(back.backbone.encoder.layers[0]) is Layer
+    assert type(back.backbone.encoder.layers[0].attn.qkv) is Int8Linear
+    assert not any("input_scale" in k for k in back.state_dict())
+    kw = _batch(plain.config, B=3, T=12, seed=4)
+    assert torch.equal(_hidden(dyn, kw), _hidden(back, kw))
+    with pytest.raises(ConfigError, match="method must be 'dynamic-int8' or 'static-int8'"):
+        QuantizationConfig(method="int4")
+    with pytest.raises(ConfigError, match="all of attn.qkv, attn.out, ffn_in, ffn_out for static-int8"):
+        QuantizationConfig(method="static-int8", modules=["embeddings.word"])
