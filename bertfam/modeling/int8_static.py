@@ -60,7 +60,7 @@ from ..errors import ConfigError
 from .activations import ACT
 from .encoder import Encoder, Layer
 from .int8 import Int8Linear, check_inference, quantize_int8, record_quantization
-from .swap import rebuilt_as, swap_modules
+from .swap import swap_modules
 
 METHOD = "static-int8"
 # the oneDNN post-op (name, algorithm) computing each activation of activations.ACT (see above)
