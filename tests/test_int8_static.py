@@ -1,12 +1,13 @@
 """Static int8 (modeling/int8_static.py, modeling/calibration.py, `bertfam quantize --calibrate`): the oneDNN ops'
 semantics the modules rely on, accuracy against float measured beside dynamic int8 on the same model, layouts,
 padding and batch independence, checkpoints (static round trip, dynamic ones unchanged), the inference-only
-rule.
+rule and the command line.
 
 Hidden size 256 wherever outputs are compared, as in test_int8.py (smaller random layers saturate the int16
 pair sums of non-VNNI int8 kernels)."""
 import copy
 import json
+import os
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from bertfam.modeling.int8_static import (POST_OPS, StaticInt8Layer, StaticInt8L
                                           StaticInt8LinearAdd, is_static_int8, quantize_static_int8, quantize_u8)
 from bertfam.modeling.optimize import optimize_for_inference, reuses_buffers
 
+from .conftest import FIXTURES, ZH_VOCAB, cli
 from .test_varlen import _batch
 
 SMALL = dict(vocab_size=300, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024,
@@ -330,3 +332,73 @@ def test_dynamic_checkpoints_load_as_before(plain, tmp_path):
         QuantizationConfig(method="int4")
     with pytest.raises(ConfigError, match="all of attn.qkv, attn.out, ffn_in, ffn_out for static-int8"):
         QuantizationConfig(method="static-int8", modules=["embeddings.word"])
+
+
+# ---------------------------------------------------------------- command line
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    """Tiny (hidden 64) checkpoints with the Chinese vocabulary: the command's plumbing, not accuracy."""
+    from bertfam.config import FinetuneSettings, MRCSettings
+
+    tok = bertfam.Tokenizer.from_vocab(ZH_VOCAB)
+    root = tmp_path_factory.mktemp("int8s")
+    heads = {"cls": HeadConfig(task="classification", num_labels=2, labels=["0", "1"],
+                               finetune=FinetuneSettings(task="sst2", kind="single", max_length=32)),
+             "span": HeadConfig(task="span", mrc=MRCSettings(max_length=96, doc_stride=32))}
+    out = {"root": root}
+    for name, head in heads.items():
+        cfg = bertfam.preset("bert-tiny", vocab_size=tok.vocab_size, hidden_size=64, num_attention_heads=2,
+                             intermediate_size=128, num_hidden_layers=1, max_position_embeddings=128, head=head)
+        out[name] = str(root / name)
+        bertfam.build_model(cfg, seed=0).save_pretrained(out[name], tokenizer=tok)
+    return out
+
+
+def test_quantize_calibrate_command(dirs, tmp_path, capsys):
+    texts = tmp_path / "calib.txt"
+    texts.write_text("今天天气很好\n\n这部电影很好看\t我也觉得\n北京是中国的首都\n", encoding="utf-8")
+    rc, out, err = cli(capsys, "quantize", dirs["cls"], tmp_path / "q", "--calibrate", texts,
+                       "--calibration-batches", "2")
+    assert rc == 0 and out.count("\n") == 1 and "static int8 calibrated on 3 inputs" in out, err
+    info = json.load(open(tmp_path / "q" / "training_info.json"))
+    assert info["calibrated_on"]["inputs"] == 3 and info["calibrated_on"]["observer"] == "minmax"
+    rc, out, _ = cli(capsys, "info", tmp_path / "q")
+    assert rc == 0 and "weights: int8 (static-int8" in out and "calibrated once" in out
+    m = bertfam.from_pretrained(str(tmp_path / "q"))
+    assert is_static_int8(m) and float(m.backbone.encoder.layers[0].attn.qkv.input_scale) > 0
+    mrc = os.path.join(FIXTURES, "mrc", "cmrc2018_trial_cut.json")
+    rc, out, err = cli(capsys, "quantize", dirs["span"], tmp_path / "m", "--calibrate", mrc)
+    assert rc == 0 and "calibrated on 6 inputs" in out, err
+    jl = tmp_path / "c.jsonl"
+    jl.write_text('{"text_a": "你好", "text_b": "世界"}\n{"question": "谁?", "context": "我是谁"}\n', encoding="utf-8")
+    rc, out, err = cli(capsys, "quantize", dirs["cls"], tmp_path / "j", "--calibrate", jl)
+    assert rc == 0 and "calibrated on 2 inputs" in out, err
+
+
+def test_quantize_calibrate_bad_files_are_one_line(dirs, tmp_path, capsys):
+    bad_tabs = tmp_path / "tabs.txt"
+    bad_tabs.write_text("一\n二\t三\t四\n", encoding="utf-8")
+    bad_utf8 = tmp_path / "latin.txt"
+    bad_utf8.write_bytes("好\n".encode() + b"caf\xe9\n")
+    bad_json = tmp_path / "bad.jsonl"
+    bad_json.write_text('{"text": "好"}\n{"text": \n', encoding="utf-8")
+    no_text = tmp_path / "none.jsonl"
+    no_text.write_text('{"label": 1}\n', encoding="utf-8")
+    bad_mrc = tmp_path / "bad.json"
+    bad_mrc.write_text('{"data": [\n  {"paragraphs": [}\n]}\n', encoding="utf-8")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n", encoding="utf-8")
+    cases = {bad_tabs: f"{bad_tabs}:2: 3 tab-separated fields", bad_utf8: f"{bad_utf8}:2: not UTF-8",
+             bad_json: f"{bad_json}:2: not JSON", no_text: f"{no_text}:1: expected an object",
+             bad_mrc: f"{bad_mrc}: line 2 column", empty: f"{empty}: no input to calibrate on",
+             tmp_path / "missing.txt": "missing.txt: file not found"}
+    for path, msg in cases.items():
+        rc, out, err = cli(capsys, "quantize", dirs["cls"], tmp_path / "out", "--calibrate", path)
+        assert rc == 2 and err.startswith("bertfam: error:") and err.count("\n") == 1 and msg in err, (path, err)
+    assert not (tmp_path / "out").exists()
+    good = tmp_path / "good.txt"
+    good.write_text("好\n", encoding="utf-8")
+    for args, msg in ((["--calibration-batches", "2"], "--calibration-batches is for --calibrate"),
+                      (["--calibrate", good, "--modules", "attn.qkv,ffn_in"], "--modules lacks attn.out, ffn_out")):
+        rc, _, err = cli(capsys, "quantize", dirs["cls"], tmp_path / "out", *args)
+        assert rc == 2 and err.count("\n") == 1 and msg in err, err

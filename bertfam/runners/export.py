@@ -3,7 +3,9 @@
 - `run_onnx_export(OnnxExportConfig)`: the ONNX file of a model directory (optionally int8), then
   `run_onnx_check(the OnnxExport it returned)`: the onnxruntime vs PyTorch comparison (what to print, and
   the error to raise after printing it when the difference is too large);
-- `run_quantize(QuantizeConfig)`: an int8 copy of a model directory (modeling/int8.py), for CPU inference.
+- `run_quantize(QuantizeConfig)`: an int8 copy of a model directory (modeling/int8.py), for CPU inference;
+  with `calibrate` (a file of real inputs) static int8, its activation scales calibrated on those inputs
+  (modeling/calibration.py, modeling/int8_static.py).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from ..config import INT8_PROJECTIONS
 from ..errors import ConfigError
 
 
@@ -87,27 +90,83 @@ def run_onnx_check(exp: OnnxExport) -> tuple[Optional[str], Optional[str]]:
     return line, None
 
 
+CALIBRATION_BATCH = 8  # inputs per calibration batch
+
+
 @dataclass
 class QuantizeConfig:
-    """An int8 copy of `src` in `dst` (a different directory), quantizing `modules` (config.INT8_MODULES)."""
+    """An int8 copy of `src` in `dst` (a different directory), quantizing `modules` (config.INT8_MODULES);
+    with `calibrate` (a file of real inputs: data/calibration_inputs.py) static int8, its activation scales
+    observed over the first `calibration_batches` batches of CALIBRATION_BATCH inputs."""
 
     src: str
     dst: str
     modules: Sequence[str]
+    calibrate: Optional[str] = None
+    calibration_batches: int = 8
 
 
 def run_quantize(cfg: QuantizeConfig) -> dict:
-    """Write the int8 copy; returns {"src_file", "dst_file", "src_bytes", "dst_bytes"} of the weight files."""
+    """Write the int8 copy; returns {"src_file", "dst_file", "src_bytes", "dst_bytes"} of the weight files, and
+    for static int8 "calibration": {"file", "inputs", "tokens", "max_length", "observer"}."""
     from ..checkpoint import from_pretrained, weights_file
     from ..modeling.int8 import is_int8, quantize_int8
 
     if os.path.isdir(cfg.dst) and os.path.isdir(cfg.src) and os.path.samefile(cfg.src, cfg.dst):
         raise ConfigError(f"quantize: DST {cfg.dst} is SRC; write the int8 copy elsewhere (SRC stays float)")
+    if cfg.calibration_batches < 1:
+        raise ConfigError(f"quantize: --calibration-batches must be at least 1, got {cfg.calibration_batches}")
+    missing = [p for p in INT8_PROJECTIONS if p not in cfg.modules]
+    if cfg.calibrate and missing:  # before the load and the calibration forwards
+        raise ConfigError(f"quantize --calibrate: static int8 quantizes every encoder projection; --modules lacks "
+                          f"{', '.join(missing)}")
     model = from_pretrained(cfg.src)
     if is_int8(model):
         raise ConfigError(f"quantize: {cfg.src} is already int8")
-    quantize_int8(model, list(cfg.modules))
-    model.config.head.info = {**model.config.head.info, "quantized_from": cfg.src}  # training_info.json
+    out: dict = {}
+    if cfg.calibrate:
+        out["calibration"] = _quantize_static(model, cfg)
+    else:
+        quantize_int8(model, list(cfg.modules))
+    info = {"quantized_from": cfg.src, **({"calibrated_on": out["calibration"]} if out else {})}
+    model.config.head.info = {**model.config.head.info, **info}  # training_info.json
     model.save_pretrained(cfg.dst)
     src, dst = weights_file(cfg.src), weights_file(cfg.dst)
-    return {"src_file": src, "dst_file": dst, "src_bytes": os.path.getsize(src), "dst_bytes": os.path.getsize(dst)}
+    return {"src_file": src, "dst_file": dst, "src_bytes": os.path.getsize(src), "dst_bytes": os.path.getsize(dst),
+            **out}
+
+
+def _quantize_static(model, cfg: QuantizeConfig) -> dict:
+    """Calibrate the float `model` on cfg.calibrate's inputs, then swap it to static int8; what it saw."""
+    from ..modeling.calibration import calibrate
+    from ..modeling.int8_static import quantize_static_int8
+
+    batches, facts = calibration_batches(model, cfg.calibrate, cfg.calibration_batches)
+    quantize_static_int8(model, calibrate(model, batches), list(cfg.modules))
+    return {**facts, "observer": "minmax"}
+
+
+def calibration_batches(model, path: str, n_batches: int) -> tuple[list[dict], dict]:
+    """Padded batches of `path`'s first n_batches x CALIBRATION_BATCH inputs, tokenized by the model's own
+    tokenizer at its inference length (an MRC model's window length, a fine-tuned model's max_length, else
+    128); and {"file", "inputs", "tokens", "max_length"}."""
+    from ..config import fit_max_length
+    from ..data.calibration_inputs import read_calibration_inputs
+
+    tok = model.tokenizer
+    if tok is None:
+        raise ConfigError(f"quantize --calibrate: {model.name_or_path} has no tokenizer to read {path} with")
+    pairs = read_calibration_inputs(path, n_batches * CALIBRATION_BATCH)
+    head = model.config.head
+    length = head.mrc_settings.max_length if head.task == "span" else head.finetune.max_length if head.finetune \
+        else 128
+    length = fit_max_length(model.config, length)
+    batches = []
+    for kind in ([p for p in pairs if p[1] is None], [p for p in pairs if p[1] is not None]):  # texts, pairs
+        for a in range(0, len(kind), CALIBRATION_BATCH):
+            chunk = kind[a:a + CALIBRATION_BATCH]
+            enc = tok([t for t, _ in chunk], [b for _, b in chunk] if chunk[0][1] is not None else None,
+                      max_length=length)
+            batches.append({k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids")})
+    tokens = int(sum(int(b["attention_mask"].sum()) for b in batches))
+    return batches, {"file": path, "inputs": len(pairs), "tokens": tokens, "max_length": length}
