@@ -13,10 +13,12 @@ Three measurements (those paths are the defaults; a section whose files are miss
     the two models below (their own dev inputs, tokenized by their tokenizers);
 (b) SST-2 dev accuracy of a fine-tuned classifier (the GLUE recipe's MiniLM-L6, recipes/glue_minilm.sh:
     bertfam directory runs/glue/bertfam/sst2, dev split runs/glue/data/SST-2/dev.tsv): bertfam fp32 /
-    int8 and transformers fp32 / int8 (the same weights, bertfam.convert.hf.export_hf; an HF directory is
-    loaded as it is), all fed the same token ids;
+    int8 (dynamic, and static calibrated on dev sentences after the measured ones) and transformers fp32 /
+    int8 (the same weights, bertfam.convert.hf.export_hf; an HF directory is loaded as it is), all fed the
+    same token ids;
 (c) MRC on the checklist-like dev (recipes/dureader_checklist_data.py; runs/mrc-data/dev_checklist_like.json)
-    with the shipped Chinese model (models/mrc-zh-e5small-l6): bertfam's MRCPredictor fp32 vs int8, the
+    with the shipped Chinese model (models/mrc-zh-e5small-l6): bertfam's MRCPredictor fp32 vs int8 (dynamic,
+    and static calibrated on dev questions after the measured ones), the
     model's saved decoding and thresholds, the official DuReader metric (bertfam/evaluation/dureader.py)
     as recipes/mrc_checklist_eval.py scores it, plus "forced" F1 (answerable questions, top span always
     given: span quality alone) and how many answers stay the same.
@@ -61,6 +63,12 @@ def encode(tok, texts: list, pairs: list | None, max_length: int, batch_size: in
         enc = tok(texts[a:a + batch_size], pairs[a:a + batch_size] if pairs else None, max_length=max_length)
         out.append({k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids")})
     return out
+
+
+def calibration_slice(n: int, total: int) -> slice:
+    """The inputs to calibrate on (nncf.quantize, bertfam-int8-static): up to 32 after the first n measured
+    ones, or the first 32 when the set has too few beyond them."""
+    return slice(n, n + 4 * 8) if total >= n + 8 else slice(0, min(total, 32))
 
 
 def sst2_examples(path: str, limit: int | None):
@@ -194,10 +202,15 @@ def sst2_section(args) -> dict:
     batches = encode(model.tokenizer, [exs[i].text_a for i in order], None, args.max_length, args.batch_size)
     # class index of each gold label (an HF classifier may name its classes LABEL_0, LABEL_1)
     gold = [labels.index(str(exs[i].label)) if str(exs[i].label) in labels else int(exs[i].label) for i in order]
+    every = sst2_examples(args.sst2_dev, None)
+    calib = encode(model.tokenizer, [x.text_a for x in every[calibration_slice(len(exs), len(every))]], None,
+                   args.max_length, 4)
 
     def make(e: str):
         if e.startswith("bertfam"):
             m = bertfam.from_pretrained(args.sst2_model).eval()
+            if e == "bertfam-int8-static":
+                m = E.static_bertfam(m, calib)
             return E.quantize_bertfam(m) if e == "bertfam-int8" else optimize_for_inference(m)
         m = load_hf_classifier(args.sst2_model, args.workdir)
         return torch.ao.quantization.quantize_dynamic(m, {nn.Linear}, dtype=torch.qint8) if e.endswith("int8") else m
@@ -205,7 +218,7 @@ def sst2_section(args) -> dict:
     res = {"model": rel(args.sst2_model), "dev": rel(args.sst2_dev), "examples": len(exs), "labels": labels,
            "engines": {}}
     logits = {}
-    for e in ("bertfam", "bertfam-int8", "transformers", "transformers-int8"):
+    for e in ("bertfam", "bertfam-int8", "bertfam-int8-static", "transformers", "transformers-int8"):
         try:
             m = make(e)
             t0 = time.perf_counter()
@@ -216,7 +229,7 @@ def sst2_section(args) -> dict:
                                  "accuracy": 100.0 * sum(p == g for p, g in zip(pred, gold)) / len(gold)}
         except Exception as ex:
             res["engines"][e] = {"available": False, "reason": failure(ex)}
-    for e in ("bertfam-int8", "transformers-int8"):
+    for e in ("bertfam-int8", "bertfam-int8-static", "transformers-int8"):
         f = E.FP32_OF[e]
         if e in logits and f in logits:
             r = res["engines"][e]
@@ -274,11 +287,13 @@ def mrc_section(args) -> dict:
     items = [{"question": e.question, "passage": e.context, "title": e.title} for e in exs]
     res = {"model": rel(args.mrc_model), "dev": rel(args.mrc_dev), "examples": len(exs), "engines": {}}
     got = {}
-    for e in ("bertfam", "bertfam-int8"):
+    for e in ("bertfam", "bertfam-int8", "bertfam-int8-static"):
         try:
             m = bertfam.from_pretrained(args.mrc_model).eval()
             if e == "bertfam-int8":
                 m = E.quantize_bertfam(m)  # before the predictor, as an int8 checkpoint would load
+            elif e == "bertfam-int8-static":
+                m = E.static_bertfam(m, mrc_calibration(m, args.mrc_dev, len(exs)))
             pred = MRCPredictor(m, batch_size=args.batch_size)
             t0 = time.perf_counter()
             ws = pred.window_scores(items)
@@ -292,12 +307,12 @@ def mrc_section(args) -> dict:
                                "answerable_threshold": pred.answerable_threshold}
         except Exception as ex:
             res["engines"][e] = {"available": False, "reason": failure(ex)}
-    if len(got) == 2:
-        (w32, r32, a32, f32), (w8, r8, a8, f8) = got["bertfam"], got["bertfam-int8"]
+    for e in [x for x in got if x != "bertfam" and "bertfam" in got]:
+        (w32, r32, a32, f32), (w8, r8, a8, f8) = got["bertfam"], got[e]
         dl = [float(np.abs(x[1] - y[1]).max()) for wa, wb in zip(w32, w8) for x, y in zip(wa, wb)]
         pa = [abs(a["p_answerable"] - b["p_answerable"]) for a, b in zip(r32, r8)
               if a["p_answerable"] is not None and b["p_answerable"] is not None]
-        r = res["engines"]["bertfam-int8"]
+        r = res["engines"][e]
         r["F1_change"] = round(r["all"]["F1"] - res["engines"]["bertfam"]["all"]["F1"], 2)
         if "forced_answerable" in r:
             r["forced_F1_change"] = round(r["forced_answerable"]["F1"]
@@ -313,6 +328,15 @@ def mrc_section(args) -> dict:
                                      if "forced_answerable" in r else "")
               if r["available"] else f"UNAVAILABLE: {r['reason']}"), flush=True)
     return res
+
+
+def mrc_calibration(model, dev: str, n: int) -> list[dict]:
+    """Calibration batches for bertfam-int8-static: questions and passages of the dev file after the n
+    measured ones, at the model's window length."""
+    every = mrc_examples(dev, None)
+    cal = every[calibration_slice(n, len(every))]
+    return encode(model.tokenizer, [e.question for e in cal], [e.context for e in cal],
+                  model.config.head.mrc_settings.max_length, 4)
 
 
 def real_sets(args, res: dict) -> list[tuple]:
@@ -331,9 +355,9 @@ def real_sets(args, res: dict) -> list[tuple]:
             else:
                 exs = mrc_examples(dev, None)
                 texts, pairs, L, bs = [e.question for e in exs], [e.context for e in exs], 256, 8
-            # the measured inputs, and a disjoint slice after them for nncf.quantize's calibration
+            # the measured inputs, and a disjoint slice after them for the static engines' calibration
             batches = encode(tok, texts[:n], pairs[:n] if pairs else None, L, bs)
-            cal = slice(n, n + 4 * 8) if len(texts) >= n + 8 else slice(0, min(len(texts), 32))
+            cal = calibration_slice(n, len(texts))
             calib = encode(tok, texts[cal], pairs[cal] if pairs else None, L, 4)
             d = os.path.join(args.workdir, f"real-{key}")
             prepare_real(d, model_dir, batches[0])

@@ -3,8 +3,8 @@ smoke test runs every case and engine once on bert-tiny so that the script canno
 training case once crashed with a NameError that no test saw).
 
 The OpenVINO engines need the optional `bench` extra (openvino, nncf): without it they must be reported
-unavailable (with why), never crash the run, and their assertions are skipped. bertfam's int8 engine must be
-there as soon as `optimize_for_inference` takes `int8=`: a run without it then fails this test."""
+unavailable (with why), never crash the run, and their assertions are skipped. bertfam's int8 engines (dynamic,
+and static calibrated on the OpenVINO engine's batches) must run in every inference case."""
 import importlib.util
 import json
 import os
@@ -102,13 +102,16 @@ def test_encoder_benchmark_openvino(bench):
     assert model["engines"]["openvino-int8"]["calibration_batches"] > 0
 
 
-def test_encoder_benchmark_bertfam_int8(bench):
+@pytest.mark.parametrize("engine", ["bertfam-int8", "bertfam-int8-static"])
+def test_encoder_benchmark_bertfam_int8(bench, engine):
     res, md, _ = bench
     model = res["models"]["bert-tiny"]
-    # bertfam-int8 must have run in every inference case, close to fp32 but not equal
-    assert model["engines"]["bertfam-int8"]["available"], model["engines"]["bertfam-int8"]
-    assert 0 < model["engines"]["bertfam-int8"]["max_abs_diff_vs_hf"] < 0.5
+    # bertfam's int8 engines must have run in every inference case, close to fp32 but not equal
+    assert model["engines"][engine]["available"], model["engines"][engine]
+    assert 0 < model["engines"][engine]["max_abs_diff_vs_hf"] < 0.5
     for name, case in model["cases"].items():
         if name.startswith("infer"):
-            assert "bertfam-int8" in case["engines"], (name, case.get("unavailable"))
-    assert "| bertfam-int8 |" in md
+            assert engine in case["engines"], (name, case.get("unavailable"))
+    assert f"| {engine} |" in md
+    if engine == "bertfam-int8-static":  # calibrated on the batches nncf.quantize gets, saved, loaded back
+        assert model["engines"][engine]["calibration_batches"] > 0

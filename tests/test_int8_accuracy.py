@@ -3,8 +3,7 @@ the real models; this smoke test runs every section once on tiny random models s
 a span model on the test vocabulary) with the test fixtures as dev sets, `--limit` examples.
 
 OpenVINO engines: skipped where the `bench` extra (openvino, nncf) is not installed, but then they must be
-reported unavailable, not crash. bertfam int8: must be measured as soon as optimize_for_inference takes
-`int8=`."""
+reported unavailable, not crash. bertfam int8, dynamic and static: measured in every section."""
 import importlib.util
 import json
 import os
@@ -84,13 +83,14 @@ def test_int8_accuracy_openvino(acc):
         assert 0 < engines[e]["vs_own_fp32"]["max_abs_diff"] < 0.5, e
 
 
-def test_int8_accuracy_bertfam_int8(acc):
+@pytest.mark.parametrize("engine", ["bertfam-int8", "bertfam-int8-static"])
+def test_int8_accuracy_bertfam_int8(acc, engine):
     res, md = acc
     for name, h in res["hidden"].items():
-        s = h["engines"]["bertfam-int8"]["vs_own_fp32"]
+        s = h["engines"][engine]["vs_own_fp32"]
         assert 0 < s["max_abs_diff"] < 0.5, name
-    r = res["sst2"]["engines"]["bertfam-int8"]
+    r = res["sst2"]["engines"][engine]
     assert r["available"] and "accuracy_change" in r and 0 <= r["agreement_with_fp32"] <= 100
-    m = res["mrc"]["engines"]["bertfam-int8"]
+    m = res["mrc"]["engines"][engine]
     assert m["available"] and 0 <= m["same_answer"] <= 6 and "F1_change" in m
-    assert "| bertfam-int8 |" in md
+    assert f"| {engine} |" in md

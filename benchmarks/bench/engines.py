@@ -9,6 +9,7 @@ engines that need more files build them from those (`build(engine, d, calib)`), 
     ov/fp32.xml            openvino.convert_model(model.onnx), saved without fp16 compression
     ov/int8w.xml           nncf.compress_weights(ov/fp32, INT8_ASYM): int8 weights only
     ov/int8.xml            nncf.quantize(ov/fp32, calibration batches): int8 weights and activations
+    bertfam-int8-static/   the bertfam model calibrated on the same batches, saved as a static-int8 checkpoint
 
 `load_hidden(engine, d)` gives a callable batch -> last_hidden_state (float32 torch tensor, (B, T, H)).
 An engine that cannot run here (a library missing, a file that could not be built) raises `Unavailable`
@@ -26,13 +27,14 @@ from .worker import spin, threads
 LINEAR_ENGINES = {"bertfam-aten": "aten", "bertfam-mkl": "mkl", "bertfam-mkldnn": "mkldnn", "bertfam-auto": "auto"}
 OPTIONAL = tuple(LINEAR_ENGINES)
 FP32 = ("transformers", "onnxruntime", "openvino", "bertfam", *OPTIONAL)
-INT8 = ("transformers-int8", "onnxruntime-int8", "openvino-int8w", "openvino-int8", "bertfam-int8")
+INT8 = ("transformers-int8", "onnxruntime-int8", "openvino-int8w", "openvino-int8", "bertfam-int8",
+        "bertfam-int8-static")
 ALL = ("transformers", "transformers-int8", "onnxruntime", "onnxruntime-int8", "openvino", "openvino-int8w",
-       "openvino-int8", "bertfam", "bertfam-int8")
+       "openvino-int8", "bertfam", "bertfam-int8", "bertfam-int8-static")
 INFER = ALL + OPTIONAL  # every inference engine; ALL is the default set, OPTIONAL only when named
 # each int8 engine's fp32 counterpart (the accuracy script compares them)
 FP32_OF = {"transformers-int8": "transformers", "onnxruntime-int8": "onnxruntime", "openvino-int8w": "openvino",
-           "openvino-int8": "openvino", "bertfam-int8": "bertfam"}
+           "openvino-int8": "openvino", "bertfam-int8": "bertfam", "bertfam-int8-static": "bertfam"}
 LABELS = {
     "transformers": "transformers AutoModel (BertModel), fp32, sdpa attention",
     "transformers-int8": "transformers + torch.ao.quantization.quantize_dynamic({nn.Linear}, qint8): int8 weights "
@@ -51,6 +53,10 @@ LABELS = {
                "chose here, linear=None = auto: bertfam/modeling/linear_probe.py), unpadded (packed) path, fp32",
     "bertfam-int8": "bertfam, optimize_for_inference(int8=True): the encoder's nn.Linear layers int8 "
                     "dynamic-quantized (bertfam/modeling/int8.py)",
+    "bertfam-int8-static": "bertfam static int8 (bertfam quantize --calibrate; bertfam/modeling/int8_static.py): "
+                           "the same int8 weights, activation scales calibrated on the batches nncf.quantize gets, "
+                           "GELU and residual adds fused into oneDNN's qlinear; loaded from the saved checkpoint, "
+                           "then optimize_for_inference",
     "bertfam-aten": "bertfam as `bertfam`, optimize_for_inference(linear=\"aten\"): torch's addmm (the kernel "
                     "before the probe; the buffer path bit for bit)",
     "bertfam-mkl": "bertfam as `bertfam`, optimize_for_inference(linear=\"mkl\"): encoder projections on MKL "
@@ -63,7 +69,7 @@ LABELS = {
 }
 TRAIN = ("transformers", "bertfam")  # the MLM training case: transformers' BertForMaskedLM vs bertfam
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-CALIB_ITEMS = 8  # calibration batches for nncf.quantize
+CALIB_ITEMS = 8  # calibration batches for nncf.quantize and bertfam-int8-static
 
 
 class Unavailable(RuntimeError):
@@ -118,7 +124,8 @@ def export_onnx(d: str, batch: dict, model=None) -> float:
 
 
 FILES = {"onnxruntime": "model.onnx", "onnxruntime-int8": "model.int8.onnx", "openvino": "ov/fp32.xml",
-         "openvino-int8w": "ov/int8w.xml", "openvino-int8": "ov/int8.xml"}
+         "openvino-int8w": "ov/int8w.xml", "openvino-int8": "ov/int8.xml",
+         "bertfam-int8-static": "bertfam-int8-static/config.json"}
 
 
 def build(engine: str, d: str, calib: list[dict] | None = None) -> dict:
@@ -169,8 +176,22 @@ def build(engine: str, d: str, calib: list[dict] | None = None) -> dict:
             info["calibration_batches"] = len(items)
             info["calibration_sequences"] = int(sum(len(b["input_ids"]) for b in calib))
         ov.save_model(q, path, compress_to_fp16=False)
+    elif engine == "bertfam-int8-static":
+        info.update(build_bertfam_static(d, calib))
     info["build_s"] = time.perf_counter() - t0
     return info
+
+
+def build_bertfam_static(d: str, calib: list[dict] | None) -> dict:
+    """d/bertfam-int8-static: d/hf loaded by bertfam, calibrated on `calib` (the batches nncf.quantize gets),
+    saved as a static-int8 checkpoint, as `bertfam quantize --calibrate` writes one."""
+    import bertfam
+
+    if not calib:
+        raise Unavailable("static int8 needs calibration batches")
+    model = static_bertfam(bertfam.from_pretrained(os.path.join(d, "hf"), load_tokenizer=False), calib)
+    model.save_pretrained(os.path.join(d, os.path.dirname(FILES["bertfam-int8-static"])))
+    return {"calibration_batches": len(calib), "calibration_sequences": int(sum(len(b["input_ids"]) for b in calib))}
 
 
 # ----------------------------------------------------------------------------- engines
@@ -243,7 +264,12 @@ def load_hidden(engine: str, d: str):
         import bertfam
         from bertfam.modeling.optimize import optimize_for_inference
 
-        backbone = bertfam.from_pretrained(os.path.join(d, "hf")).backbone.eval()
+        src = os.path.join(d, "hf")
+        if engine == "bertfam-int8-static":  # the checkpoint build() wrote, loaded as a user would
+            src = os.path.dirname(os.path.join(d, FILES[engine]))
+            if not os.path.isdir(src):
+                raise Unavailable(f"{src} was not built")
+        backbone = bertfam.from_pretrained(src).backbone.eval()
         if engine == "bertfam-int8":
             backbone = quantize_bertfam(backbone)
         elif engine in LINEAR_ENGINES:  # the same, with the projections' fp32 kernel named
@@ -253,7 +279,7 @@ def load_hidden(engine: str, d: str):
             if kernel != "auto" and not kernel_ops_present(kernel):
                 raise Unavailable(f"this torch build has no {kernel} linear ops")
             backbone = optimize_for_inference(backbone, linear=kernel)
-        else:  # prediction as the predictors run it: buffer reuse on (modeling/optimize.py)
+        else:  # prediction as the predictors run it: buffer reuse on (modeling/optimize.py); static layers stay
             backbone = optimize_for_inference(backbone)
 
         def run_bf(b):
@@ -297,6 +323,17 @@ def quantize_bertfam(model):
     model = optimize_for_inference(model, int8=True)
     if count_linear(model) >= before:
         raise RuntimeError(f"optimize_for_inference(int8=True) left all {before} nn.Linear layers in place")
+    return model
+
+
+def static_bertfam(model, calib: list[dict]):
+    """`model` (bertfam, float projections) calibrated on `calib` and swapped to static int8, in place."""
+    from bertfam.modeling.calibration import calibrate
+    from bertfam.modeling.int8_static import is_static_int8, quantize_static_int8
+
+    model = quantize_static_int8(model, calibrate(model, calib))
+    if not is_static_int8(model):
+        raise RuntimeError("quantize_static_int8 left no static int8 projection")
     return model
 
 
