@@ -268,21 +268,34 @@ def is_static_int8(model: nn.Module) -> bool:
     return any(isinstance(m, StaticInt8Linear) for m in model.modules())
 
 
+# each projection's place in a layer (owner attribute or None for the layer itself) and its static module
+_PLACES = (("attn", "qkv", StaticInt8Linear), ("attn", "out", StaticInt8LinearAdd),
+           (None, "ffn_in", StaticInt8LinearAct), (None, "ffn_out", StaticInt8LinearAdd))
+
+
 def _swap_projections(model: nn.Module) -> None:
     """Each layer's four Int8Linear -> the static module of its place, over the same tensors."""
     for enc in [m for m in model.modules() if isinstance(m, Encoder)]:
-        act = next(k for k, f in ACT.items() if f is enc.layers[0].act) if len(enc.layers) else "gelu"
         for layer in enc.layers:
-            for owner, attr, new in ((layer.attn, "qkv", StaticInt8Linear), (layer.attn, "out", StaticInt8LinearAdd),
-                                     (layer, "ffn_in", StaticInt8LinearAct), (layer, "ffn_out", StaticInt8LinearAdd)):
+            for parent, attr, cls in _PLACES:
+                owner = getattr(layer, parent) if parent else layer
                 lin = getattr(owner, attr)
                 if type(lin) is Int8Linear:
-                    m = new.from_int8(lin)
+                    m = cls.from_int8(lin)
                     if attr == "ffn_out":
                         m.inplace = True  # its residual is the layer's own x1
                     if attr == "ffn_in":
-                        m.act = act
+                        m.act = _act_name(layer)
                     setattr(owner, attr, m)
+
+
+def _act_name(layer: Layer) -> str:
+    """The activations.ACT name of the layer's activation (its fused post-op is looked up by name)."""
+    name = next((k for k, f in ACT.items() if f is layer.act), None)
+    if name not in POST_OPS:
+        raise ConfigError(f"static int8: no fused kernel for the layer's activation {name or layer.act!r} "
+                          f"(known: {', '.join(POST_OPS)})")
+    return name
 
 
 def _static(layer: Layer) -> bool:
