@@ -30,9 +30,8 @@ def register(sub) -> None:
 def _quantize(args) -> int:
     import os
 
-    from ..runners.export import QuantizeConfig, run_quantize
-
     from ..errors import ConfigError
+    from ..runners.export import QuantizeConfig, run_quantize
 
     if args.calibration_batches is not None and not args.calibrate:
         raise ConfigError("quantize: --calibration-batches is for --calibrate (static int8)")

@@ -36,6 +36,7 @@ from .int8_static import qparams_from_range
 from .linear import projections
 
 OBSERVERS = ("minmax", "percentile", "mse")
+DEFAULT_OBSERVER = "minmax"  # closest to float where measured (above)
 SAMPLE = 1 << 18  # values per projection kept for percentile / mse (a seeded draw from every batch)
 PERCENTILE = 1e-4  # the share of values clipped at each end by "percentile"
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "task_type_ids")
@@ -81,7 +82,7 @@ def _rounding_mse(v: torch.Tensor, lo: float, hi: float) -> float:
     return float(((q - zp) * scale - v).pow(2).mean())
 
 
-def calibrate(model: nn.Module, batches: Iterable[dict], observer: str = "minmax", seed: int = 0) -> dict:
+def calibrate(model: nn.Module, batches: Iterable[dict], observer: str = DEFAULT_OBSERVER, seed: int = 0) -> dict:
     """{name in `model` of each encoder projection: (scale, zero point)} of its input, observed over float
     forwards of `batches` (dicts of model inputs: input_ids, attention_mask ...; padded, any layout). The
     model must be float in those projections and run them as modules (not optimize_for_inference's

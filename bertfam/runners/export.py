@@ -138,12 +138,12 @@ def run_quantize(cfg: QuantizeConfig) -> dict:
 
 def _quantize_static(model, cfg: QuantizeConfig) -> dict:
     """Calibrate the float `model` on cfg.calibrate's inputs, then swap it to static int8; what it saw."""
-    from ..modeling.calibration import calibrate
+    from ..modeling.calibration import DEFAULT_OBSERVER, calibrate
     from ..modeling.int8_static import quantize_static_int8
 
     batches, facts = calibration_batches(model, cfg.calibrate, cfg.calibration_batches)
-    quantize_static_int8(model, calibrate(model, batches), list(cfg.modules))
-    return {**facts, "observer": "minmax"}
+    quantize_static_int8(model, calibrate(model, batches, DEFAULT_OBSERVER), list(cfg.modules))
+    return {**facts, "observer": DEFAULT_OBSERVER}
 
 
 def calibration_batches(model, path: str, n_batches: int) -> tuple[list[dict], dict]:
