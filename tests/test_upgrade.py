@@ -95,13 +95,13 @@ def test_old_finetune_extra_is_upgraded_into_finetune_settings(tmp_path, capsys)
 
 
 def test_an_upgraded_finetuned_directory_evaluates_with_its_recorded_length(tmp_path, capsys):
-    from bertfam.runners.finetune import _load_finetuned, task_from_config
+    from bertfam.runners.finetune import EvaluateConfig, _load_finetuned, task_from_config
 
     cfg = preset("bert-tiny", vocab_size=Tokenizer.from_vocab(ZH_VOCAB).vocab_size,
                  head=HeadConfig(task="classification", labels=["0", "1"]))
     d = _old_dir(tmp_path, cfg, {"task": "sst2", "kind": "single", "max_length": 40, "kg": None})
     _upgrade(capsys, d)
-    model, spec, builder = _load_finetuned(str(d), None, None, None)
+    model, spec, builder = _load_finetuned(EvaluateConfig(model=str(d), data="unread.tsv"))
     assert spec.name == "sst2" and task_from_config(model.config).name == "sst2" and builder.max_length == 40
 
 
