@@ -1,5 +1,5 @@
-"""Each job of runners/ runs from one typed config (issue #28): the fine-tuning, GLUE, evaluate and predict
-configs round-trip through JSON, a bad field is one ConfigError line, and the commands build the
+"""Each job of runners/ runs from one typed config (issue #28): the fine-tuning, GLUE, evaluate, predict and
+multimodal configs round-trip through JSON, a bad field is one ConfigError line, and the commands build the
 same configs from their options. No model is trained or loaded."""
 import dataclasses
 import json
@@ -11,6 +11,7 @@ from bertfam.config import CustomTaskSettings
 from bertfam.errors import ConfigError
 from bertfam.runners.finetune import (EvaluateConfig, FinetuneOptions, FinetuneRunConfig, GlueRunConfig,
                                       PredictConfig, run_finetune)
+from bertfam.runners.multimodal import MultimodalFinetuneConfig, MultimodalPretrainConfig, MultimodalRunConfig
 
 from .conftest import cli
 
@@ -30,6 +31,9 @@ def _custom_run() -> FinetuneRunConfig:
     _custom_run(),
     FinetuneRunConfig(task="sst2", model="m", train_file="t.tsv", out="o"),
     GlueRunConfig(model="m", data="glue", out="o", tasks=["sst2", "rte"], freeze_layers=1),
+    MultimodalPretrainConfig(modality="image", features="f", out="o", mask_rate=0.3,
+                             train=MultimodalPretrainConfig.default_train(seed=7)),
+    MultimodalFinetuneConfig(modality="speech", task="qa", features="f", out="o", doc_stride=16),
 ], ids=lambda c: type(c).__name__)
 def test_a_run_config_round_trips_through_json(cfg):
     back = type(cfg).from_dict(_json(cfg.to_dict()), source="run.json")
@@ -103,3 +107,20 @@ def test_custom_columns_on_a_table_task_are_one_line(capsys):
                      "--text-cols", "a")
     assert rc == 2 and err == "bertfam: error: --text-cols is for --task custom\n", err
 
+
+# ------------------------------------------------------------------ multimodal: one seed, train.seed
+def test_the_multimodal_runs_have_one_seed():
+    assert "seed" not in {f.name for f in dataclasses.fields(MultimodalRunConfig)}
+    cfg = MultimodalPretrainConfig(modality="image", features="f", out="o")
+    assert cfg.train.seed == 0 and cfg.run_kwargs()["seed"] == 0  # the runs' seed before it was train.seed
+    args, cfg = _built(["multimodal", "finetune", "--modality", "image", "--task", "classify", "--features", "f",
+                        "--out", "o", "--seed", "5"])
+    assert cfg.train.seed == 5 and cfg.run_kwargs()["seed"] == 5 and cfg.run_kwargs()["train"].seed == 5
+
+
+def test_an_old_nested_multimodal_config_reads_its_seed_as_the_trainers():
+    """A mapping an older to_dict() wrote ({"seed": 3, ..., "train": {"seed": 42}}): the run's seed, which the
+    command line gave the trainer too, is train.seed (bertfam upgrade rewrites the file so)."""
+    old = MultimodalPretrainConfig(modality="image", features="f", out="o").to_dict()
+    old["seed"], old["train"]["seed"] = 3, 42
+    assert MultimodalPretrainConfig.from_dict(old).train.seed == 3
