@@ -1,4 +1,4 @@
-"""Each job of runners/ runs from one typed config (issue #28): the fine-tuning, GLUE, evaluate, predict and
+"""Each job of runners/ runs from one typed config (issue #28): the fine-tuning, GLUE, evaluate, predict, demo and
 multimodal configs round-trip through JSON, a bad field is one ConfigError line, and the commands build the
 same configs from their options. No model is trained or loaded."""
 import dataclasses
@@ -9,6 +9,7 @@ import pytest
 from bertfam import cli as bertfam_cli
 from bertfam.config import CustomTaskSettings
 from bertfam.errors import ConfigError
+from bertfam.runners.demo import DemoConfig
 from bertfam.runners.finetune import (EvaluateConfig, FinetuneOptions, FinetuneRunConfig, GlueRunConfig,
                                       PredictConfig, run_finetune)
 from bertfam.runners.multimodal import MultimodalFinetuneConfig, MultimodalPretrainConfig, MultimodalRunConfig
@@ -43,6 +44,7 @@ def test_a_run_config_round_trips_through_json(cfg):
 @pytest.mark.parametrize("cfg", [
     EvaluateConfig(model="m", data="d.tsv", task="sst2", out="o", kg=["a.spo"], max_length=32, int8=True),
     PredictConfig(model="m", data="d.tsv", out="o", batch_size=8),
+    DemoConfig(model="m", rows=3, int8=True),
 ], ids=lambda c: type(c).__name__)
 def test_a_job_config_round_trips_through_json(cfg):
     assert type(cfg)(**_json(dataclasses.asdict(cfg))) == cfg

@@ -15,7 +15,7 @@ dataclass; the training runs nest the trainer's `TrainConfig` (`runners.options.
 - `runners.export`: `run_onnx_export` + `run_onnx_check` (`OnnxExportConfig`), `run_quantize` (`QuantizeConfig`);
 - `runners.kbert`: `run_kbert_show`; `runners.core`: `describe_checkpoint`, `run_convert`, `run_vocab_train`;
   `runners.upgrade`: `run_upgrade(UpgradeConfig)` (files of older versions in the current format);
-  `runners.demo`: `run`.
+  `runners.demo`: `run_demo(DemoConfig)`.
 
 The command modules (bertfam/commands/) only build these configs from the options (generated from the
 configs' fields: `commands.flags`; or the trainer's alone: `commands.common.train_config`) and print what the
