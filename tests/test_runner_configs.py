@@ -82,7 +82,7 @@ def test_a_custom_setting_on_a_table_task_is_refused_before_anything_is_written(
     with pytest.raises(ConfigError, match="custom, kind and labels are for task custom, not sst2"):
         run_finetune(cfg)
     cfg = dataclasses.replace(_custom_run(), custom=None, kind=None, out=str(out))
-    with pytest.raises(ConfigError, match="--task custom needs --text-cols"):
+    with pytest.raises(ConfigError, match=r"custom task: give one or two text columns \(--text-cols a\[,b\]\)"):
         run_finetune(cfg)
     assert not out.exists()
 
@@ -104,10 +104,12 @@ def test_the_finetune_command_builds_the_run_config():
     assert cfg == GlueRunConfig(model="m", data="glue", out="o", freeze_layers=1)
 
 
-def test_custom_columns_on_a_table_task_are_one_line(capsys):
+def test_custom_columns_are_checked_in_the_options_words(capsys):
     rc, _, err = cli(capsys, "finetune", "--task", "sst2", "--model", "m", "--train", "t", "--out", "o",
                      "--text-cols", "a")
     assert rc == 2 and err == "bertfam: error: --text-cols is for --task custom\n", err
+    rc, _, err = cli(capsys, "finetune", "--task", "custom", "--model", "m", "--train", "t", "--out", "o")
+    assert rc == 2 and err == "bertfam: error: --task custom needs --text-cols (and --label-col)\n", err
 
 
 # ------------------------------------------------------------------ multimodal: one seed, train.seed

@@ -142,7 +142,10 @@ def _run_config(args, cfg):
             if getattr(args, flag):
                 raise ConfigError(f"--{flag.replace('_', '-')} is for --task custom")
         return cfg
-    custom = CustomTaskSettings(format=args.format, text_cols=_csv(args.text_cols) or [], label_col=args.label_col,
+    cols = _csv(args.text_cols)
+    if not cols and args.kind != "token":  # said in the options' words (the reader's own check says it too)
+        raise ConfigError("--task custom needs --text-cols (and --label-col)")
+    custom = CustomTaskSettings(format=args.format, text_cols=cols or [], label_col=args.label_col,
                                 header=not args.no_header)
     return dataclasses.replace(cfg, kind=args.kind, custom=custom, labels=_csv(args.labels))
 

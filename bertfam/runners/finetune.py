@@ -146,9 +146,7 @@ def finetune_task(cfg: FinetuneRunConfig) -> TaskSpec:
         if cfg.custom is not None or cfg.kind or cfg.labels:
             raise ConfigError(f"custom, kind and labels are for task custom, not {cfg.task}")
         return get_task(cfg.task)
-    c = cfg.custom or CustomTaskSettings()
-    if not c.text_cols and cfg.kind != "token":  # a token file's columns are its reader's
-        raise ConfigError("--task custom needs --text-cols (and --label-col)")
+    c = cfg.custom or CustomTaskSettings()  # the kind's reader says which columns it needs
     kind = cfg.kind or ("pair" if len(c.text_cols) == 2 else "single")
     return custom_spec(kind, c, list(cfg.labels) if cfg.labels else None)
 
