@@ -45,12 +45,13 @@ def carve(path: str, n_train: int, n_dev: int, seed: int, tmp: str) -> tuple[str
 
 
 def run_bertfam(model_dir: str, train: str, dev: str, out: str, a) -> dict:
-    from bertfam.runners.finetune import finetune
+    from bertfam.runners.finetune import FinetuneRunConfig, run_finetune
 
     t0, c0 = time.perf_counter(), time.process_time()
-    r = finetune("sst2", model_dir, train, dev, out, epochs=1, batch_size=a.batch_size, lr=a.lr,
-                 max_length=a.max_length, seed=a.seed, group_by_length=not a.no_grouping, progress=False,
-                 save_checkpoints=False, precision="fp32")
+    r = run_finetune(FinetuneRunConfig.from_dict(dict(
+        task="sst2", model=model_dir, train_file=train, dev=dev, out=out, epochs=1, batch_size=a.batch_size, lr=a.lr,
+        max_length=a.max_length, seed=a.seed, group_by_length=not a.no_grouping, progress=False,
+        save_checkpoints=False, precision="fp32"), source="finetune_sst2"))
     return {"accuracy": r["value"], "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
             "train_loop_s": r["train_seconds"], "steps": r["steps"]}
 

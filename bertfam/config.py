@@ -189,8 +189,8 @@ class CustomTaskSettings(TypedSettings):
 @dataclass
 class FinetuneSettings(TypedSettings):
     """What `bertfam finetune` trained a head for (`head.finetune`): `evaluate` and `predict` need only
-    the model directory and a data file. Each default here is the only one (FinetuneOptions and the
-    commands take theirs from it)."""
+    the model directory and a data file. Each default here is the only one (runners.finetune's configs
+    and the commands take theirs from it)."""
 
     WHERE = "head.finetune"
 

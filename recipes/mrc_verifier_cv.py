@@ -70,23 +70,23 @@ def base_model(args) -> str:
 
 
 def train_fold(args, base: str, rows: list[dict], dev_rows: list[dict], out_dir: str) -> str:
-    from bertfam.runners.finetune import FinetuneOptions, finetune
-    from bertfam.tasks.table import custom_task
+    from bertfam.config import CustomTaskSettings
+    from bertfam.runners.finetune import FinetuneRunConfig, run_finetune
 
     os.makedirs(out_dir, exist_ok=True)
     train_path, dev_path = os.path.join(out_dir, "train.jsonl"), os.path.join(out_dir, "dev.jsonl")
     write_jsonl(train_path, rows)
     write_jsonl(dev_path, dev_rows)
-    spec = custom_task("jsonl", "pair", ["question", "passage"], "label", LABELS)
-    opts = FinetuneOptions.from_dict(dict(max_length=args.max_length, freeze_layers=args.freeze_layers,
-                                          classifier_pooling=args.classifier_pooling, head_lr=args.head_lr,
-                                          max_steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                                          warmup_ratio=0.1, seed=args.seed, precision=args.precision,
-                                          checkpoints=False, progress=False, log_every=10),
-                                     source="mrc_verifier_cv")
     model_dir = os.path.join(out_dir, "model")
+    cfg = FinetuneRunConfig.from_dict(dict(
+        task="custom", kind="pair", labels=LABELS, model=base, train_file=train_path, dev=dev_path, out=model_dir,
+        custom=CustomTaskSettings(format="jsonl", text_cols=["question", "passage"], label_col="label"),
+        max_length=args.max_length, freeze_layers=args.freeze_layers, classifier_pooling=args.classifier_pooling,
+        head_lr=args.head_lr, max_steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_ratio=0.1,
+        seed=args.seed, precision=args.precision, checkpoints=False, progress=False, log_every=10),
+        source="mrc_verifier_cv")
     t0 = time.time()
-    res = finetune(spec, base, train_path, dev_path, model_dir, opts)
+    res = run_finetune(cfg)
     print(f"  trained {res['steps']} steps in {time.time() - t0:.0f} s; accuracy on the held-out pairs "
           f"{res['value']:.3f}", file=sys.stderr)
     return model_dir

@@ -40,10 +40,10 @@ def test_demo_data_is_the_checklist_demo():
 
 
 def test_demo_on_a_span_model(tiny_span_dir, capsys, monkeypatch):
-    from bertfam.runners.demo import run
+    from bertfam.runners.demo import DemoConfig, run_demo
 
     first_demo_questions(monkeypatch, 10)
-    r = run(str(tiny_span_dir))  # the first 10 demo questions: 4 without an answer
+    r = run_demo(DemoConfig(model=str(tiny_span_dir)))  # the first 10 demo questions: 4 without an answer
     out = capsys.readouterr().out
     assert "长江全长大约多少公里" in out and "无答案" in out  # table rows (the reference column at least)
     assert "questions/s" in out and "bertfam serve --model" in out
@@ -87,7 +87,7 @@ def test_demo_scores_held_out_questions_apart(tmp_path, tiny_span_dir, capsys, m
     """A model trained/tuned on some demo questions (training_info.json demo_seen_qids) gets a second score table
     over the untouched ones, with its own baseline."""
     from bertfam.data.mrc import read_mrc
-    from bertfam.runners.demo import run
+    from bertfam.runners.demo import DemoConfig, run_demo
 
     demo, _ = read_mrc(demo_data_path(), mode="predict")
     m = bertfam.from_pretrained(str(tiny_span_dir))
@@ -98,7 +98,7 @@ def test_demo_scores_held_out_questions_apart(tmp_path, tiny_span_dir, capsys, m
     assert json.load(open(d / "training_info.json")) == {"demo_seen_qids": seen}
     assert "demo_seen_qids" not in (d / "config.json").read_text()
     first_demo_questions(monkeypatch, 10)
-    r = run(str(d))
+    r = run_demo(DemoConfig(model=str(d)))
     out = capsys.readouterr().out
     assert "3 of these questions were used to train / tune this model; the 7 held-out ones (4 without" in out
     base = r["held_out"]['always "no answer"']
@@ -108,7 +108,7 @@ def test_demo_scores_held_out_questions_apart(tmp_path, tiny_span_dir, capsys, m
 def test_demo_prints_the_out_of_fold_score_beside_the_demos(tmp_path, tiny_span_dir, capsys, monkeypatch):
     """A model whose training_info.json holds a cross-validation record (recipes/mrc_checklist_cv.py --final)
     gets that estimate printed after the demo's own scores."""
-    from bertfam.runners.demo import run
+    from bertfam.runners.demo import DemoConfig, run_demo
 
     m = bertfam.from_pretrained(str(tiny_span_dir))
     cv = {"label": "reader", "oof_f1": 57.25, "oof_em": 50.5, "ci95": [53.0, 61.4], "gain_ci95": [1.0, 8.0],
@@ -118,7 +118,7 @@ def test_demo_prints_the_out_of_fold_score_beside_the_demos(tmp_path, tiny_span_
     d = tmp_path / "cv"
     m.save_pretrained(str(d))
     first_demo_questions(monkeypatch, 4)
-    r = run(str(d))
+    r = run_demo(DemoConfig(model=str(d)))
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("out of fold"))
     assert "567 real DuReader-checklist dev questions (5 folds" in line

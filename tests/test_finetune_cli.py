@@ -110,13 +110,14 @@ def test_max_length_beyond_the_positions(tiny, tmp_path, capsys, caplog):
 
 def test_training_learns_a_separable_task(tiny, tmp_path):
     """A statistical check that fitting works end to end: two keyword classes, chance is 50%."""
-    from bertfam.runners.finetune import finetune
+    from bertfam.runners.finetune import FinetuneRunConfig, run_finetune
 
     rows = ["sentence\tlabel"] + [f"{w} {i}\t{1 if w == 'good' else 0}" for i in range(40) for w in ("good", "bad")]
     p = tmp_path / "kw.tsv"
     p.write_text("\n".join(rows) + "\n")
-    r = finetune("sst2", tiny, str(p), None, str(tmp_path / "o"), epochs=10, batch_size=16, lr=3e-3,
-                 progress=False, save_checkpoints=False, dev_ratio=0.25)
+    r = run_finetune(FinetuneRunConfig.from_dict(
+        {"task": "sst2", "model": tiny, "train_file": str(p), "out": str(tmp_path / "o"), "epochs": 10,
+         "batch_size": 16, "lr": 3e-3, "progress": False, "save_checkpoints": False, "dev_ratio": 0.25}))
     assert r["value"] >= 90.0 and r["n_dev"] == 20
 
 
@@ -143,15 +144,18 @@ def test_ner_finetune_predict_and_resume_files(tiny, tmp_path, capsys):
 
 
 def test_bmes_and_regression_with_carved_dev(tiny, tmp_path):
-    from bertfam.runners.finetune import evaluate, finetune
+    from bertfam.runners.finetune import EvaluateConfig, FinetuneRunConfig, run_evaluate, run_finetune
 
-    r = finetune("resume", tiny, fx("ner", "resume.bmes"), None, str(tmp_path / "r"), epochs=1, batch_size=4,
-                 progress=False, save_checkpoints=False, dev_ratio=0.25)
+    def train(**kw):
+        return FinetuneRunConfig.default_train(epochs=1, progress=False, checkpoints=False, **kw)
+
+    r = run_finetune(FinetuneRunConfig(task="resume", model=tiny, train_file=fx("ner", "resume.bmes"),
+                                       out=str(tmp_path / "r"), dev_ratio=0.25, train=train(batch_size=4)))
     assert r["n_dev"] == 2 and "f1" in r["metrics"]
-    r = finetune("stsb", tiny, fx("glue", "STS-B", "train.tsv"), None, str(tmp_path / "s"), epochs=1, batch_size=8,
-                 progress=False, save_checkpoints=False)
+    r = run_finetune(FinetuneRunConfig(task="stsb", model=tiny, train_file=fx("glue", "STS-B", "train.tsv"),
+                                       out=str(tmp_path / "s"), train=train(batch_size=8)))
     assert set(r["metrics"]) == {"pearson", "spearman", "corr"}
-    e = evaluate(str(tmp_path / "s"), fx("glue", "STS-B", "train.tsv"))
+    e = run_evaluate(EvaluateConfig(model=str(tmp_path / "s"), data=fx("glue", "STS-B", "train.tsv")))
     assert e["n"] == 24
 
 
@@ -345,11 +349,12 @@ def test_kbert_features_contract(tiny):
 
 def test_early_stopping_on_dev_metric(tiny, tmp_path):
     """lr 0: the dev metric can never improve, so patience 1 stops at the second evaluation."""
-    from bertfam.runners.finetune import finetune
+    from bertfam.runners.finetune import FinetuneRunConfig, run_finetune
 
-    r = finetune("sst2", tiny, fx("glue", "SST-2", "train.tsv"), fx("glue", "SST-2", "dev.tsv"), str(tmp_path / "e"),
-                 epochs=3, batch_size=8, lr=0.0, eval_every=1, early_stopping_patience=1, progress=False,
-                 save_checkpoints=False)
+    train = FinetuneRunConfig.default_train(epochs=3, batch_size=8, lr=0.0, eval_every=1, early_stopping_patience=1,
+                                            progress=False, checkpoints=False)
+    r = run_finetune(FinetuneRunConfig(task="sst2", model=tiny, train_file=fx("glue", "SST-2", "train.tsv"),
+                                       dev=fx("glue", "SST-2", "dev.tsv"), out=str(tmp_path / "e"), train=train))
     assert r["steps"] == 2  # 18 steps without early stopping
     evals = [json.loads(l) for l in (tmp_path / "e" / "metrics.jsonl").read_text().splitlines() if "eval_accuracy" in l]
     assert len(evals) == 2 and evals[0]["eval_accuracy"] == evals[1]["eval_accuracy"]

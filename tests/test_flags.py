@@ -15,7 +15,7 @@ from bertfam import cli
 from bertfam.commands.common import positive_float, positive_int, probability
 from bertfam.commands.flags import Flag, Flags
 from bertfam.errors import ConfigError
-from bertfam.runners.finetune import FinetuneOptions
+from bertfam.runners.finetune import FinetuneRunConfig
 from bertfam.runners.mrc import MRCTrainConfig
 
 from .conftest import ROOT
@@ -90,8 +90,8 @@ def test_the_commands_generated_options_have_their_run_configs_defaults():
                                                                                          train.keep_last)
     assert mrc.options["train_files"].option_strings == ["--train"]
     ft = parser.parse_args(["finetune", "--task", "sst2", "--model", "m", "--train", "t", "--out", "o"]).func
-    assert (ft.defaults["max_length"], ft.defaults["epochs"]) == (FinetuneOptions.max_length,
-                                                                  FinetuneOptions.default_train().epochs)
+    assert (ft.defaults["max_length"], ft.defaults["epochs"]) == (FinetuneRunConfig.max_length,
+                                                                  FinetuneRunConfig.default_train().epochs)
     assert ft.defaults["early_stopping_patience"] is None and "--early-stopping" in _names(ft)
 
 
@@ -138,15 +138,16 @@ def test_mrc_train_merges_in_one_order(run_file):
     assert cfg.train.group_by_length is True  # a trainer default with no option keeps the run's own
 
 
-def test_finetune_run_file_and_command_line_reach_finetune_options(run_file):
+def test_finetune_run_file_and_command_line_reach_the_finetune_run_config(run_file):
     path = run_file({"task": "sst2", "model": "m", "train": "t.tsv", "max_length": 64, "freeze_layers": 2,
                      "no_group_by_length": True, "early_stopping": 3, "keep_last": 0})
     args = cli.build_parser().parse_args(["finetune", "--out", "o", "--config", path, "--freeze-layers", "1"])
     args.func.merge(args)
-    opts = args.func.build(args)
-    assert isinstance(opts, FinetuneOptions) and args.train == "t.tsv"  # --train: the file, not opts.train
-    assert (opts.max_length, opts.freeze_layers, opts.train.early_stopping_patience) == (64, 1, 3)
-    assert (opts.train.group_by_length, opts.train.keep_last, opts.train.epochs) == (False, 0, 3)
+    cfg = args.func.build(args)
+    assert isinstance(cfg, FinetuneRunConfig) and cfg.train_file == "t.tsv"  # --train: the file, not cfg.train
+    assert (cfg.task, cfg.model, cfg.out, cfg.dev) == ("sst2", "m", "o", None)
+    assert (cfg.max_length, cfg.freeze_layers, cfg.train.early_stopping_patience) == (64, 1, 3)
+    assert (cfg.train.group_by_length, cfg.train.keep_last, cfg.train.epochs) == (False, 0, 3)
 
 
 def test_pretrain_run_file_and_command_line_reach_pretrain_config(run_file):

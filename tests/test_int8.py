@@ -382,12 +382,12 @@ def test_int8_flags_mrc_predict_ask_and_demo(dirs, tmp_path, capsys, int8_calls,
                      "--passage", "长江全长约6300公里。", "--int8")
     assert rc == 0 and "answerable" in json.loads(out) and int8_calls
     int8_calls.clear()
-    from bertfam.runners.demo import run
+    from bertfam.runners.demo import DemoConfig, run_demo
 
     from .test_demo import first_demo_questions
 
     first_demo_questions(monkeypatch, 2)
-    run(dirs["span"], int8=True)
+    run_demo(DemoConfig(model=dirs["span"], int8=True))
     out = capsys.readouterr().out
     assert int8_calls and "parameters, int8\n" in out and "--int8 --port" in out
 

@@ -11,7 +11,7 @@ ALLOWED_DUPLICATES = {
     "register": "every command module's hook: the cli calls register(subparsers) on each",
     "main": "a script's entry point (bertfam.cli, python -m bertfam.multimodal.synthetic)",
     "evaluate": "the official MRC scorers (evaluation.dureader, evaluation.squad), one per metric module: "
-                "references + predictions -> that metric's numbers (runners.finetune.evaluate is to be renamed)",
+                "references + predictions -> that metric's numbers",
     "evaluate_files": "the same two scorers on a data file and a prediction file",
 }
 

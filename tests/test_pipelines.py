@@ -74,7 +74,7 @@ def test_labels_with_readable_names_come_back_by_name(dirs, tmp_path):
 
 def test_finetune_keeps_tnews_label_descriptions(tmp_path):
     """Fine-tuning on a CLUE file with `label_desc` saves the names; the pipeline answers with them."""
-    from bertfam.runners.finetune import finetune
+    from bertfam.runners.finetune import FinetuneRunConfig, run_finetune
 
     from .serving_helpers import ZH_VOCAB
 
@@ -83,8 +83,9 @@ def test_finetune_keeps_tnews_label_descriptions(tmp_path):
                          intermediate_size=64, num_hidden_layers=1, max_position_embeddings=64)
     bertfam.build_model(cfg).save_pretrained(str(tmp_path / "base"), tokenizer=tok)
     data = os.path.join(FIXTURES, "finetune", "clue", "tnews.json")
-    finetune("tnews", str(tmp_path / "base"), data, None, str(tmp_path / "tn"), max_steps=1, batch_size=4,
-             max_length=32, progress=False)
+    train = FinetuneRunConfig.default_train(max_steps=1, batch_size=4, progress=False)
+    run_finetune(FinetuneRunConfig(task="tnews", model=str(tmp_path / "base"), train_file=data,
+                                   out=str(tmp_path / "tn"), max_length=32, train=train))
     model = bertfam.from_pretrained(str(tmp_path / "tn"))
     descs = model.config.head.label_descriptions
     assert descs and all(k.isdigit() and v.startswith("news_") for k, v in descs.items())

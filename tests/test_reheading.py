@@ -64,10 +64,11 @@ def test_config_weight_mismatch_is_an_error_unless_ignored(clf_dir, tmp_path):
 
 def test_finetune_a_finetuned_model_on_a_task_with_other_labels(clf_dir, tmp_path):
     """A 2-label sentiment model fine-tuned on TNEWS (15 labels): a CheckpointError before re-heading."""
-    from bertfam.runners.finetune import finetune
+    from bertfam.runners.finetune import FinetuneRunConfig, run_finetune
 
     data = os.path.join(FIXTURES, "finetune", "clue", "tnews.json")
-    r = finetune("tnews", clf_dir, data, None, str(tmp_path / "tn"), max_steps=1, batch_size=4, max_length=32,
-                 progress=False)
+    r = run_finetune(FinetuneRunConfig(task="tnews", model=clf_dir, train_file=data, out=str(tmp_path / "tn"),
+                                       max_length=32, train=FinetuneRunConfig.default_train(max_steps=1, batch_size=4,
+                                                                                           progress=False)))
     assert r["steps"] == 1
     assert len(bertfam.from_pretrained(str(tmp_path / "tn")).config.head.labels) == 15

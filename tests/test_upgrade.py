@@ -1,6 +1,7 @@
 """`bertfam upgrade`: files written by older versions (a checkpoint's head.extra, a run's flat or retired-field
-pretrain_config.json, a run file with a retired field) rewritten into the current format; loading one without
-upgrading is one ConfigError line naming the file and the command. No training runs."""
+pretrain_config.json, a run file with a retired field; a multimodal run config with its own seed) rewritten into
+the current format; loading one of the first three without upgrading is one ConfigError line naming the file and
+the command (the last reads as it is upgraded: its seed is a trainer field's name). No training runs."""
 import dataclasses
 import json
 import os
@@ -95,13 +96,13 @@ def test_old_finetune_extra_is_upgraded_into_finetune_settings(tmp_path, capsys)
 
 
 def test_an_upgraded_finetuned_directory_evaluates_with_its_recorded_length(tmp_path, capsys):
-    from bertfam.runners.finetune import _load_finetuned, task_from_config
+    from bertfam.runners.finetune import EvaluateConfig, _load_finetuned, task_from_config
 
     cfg = preset("bert-tiny", vocab_size=Tokenizer.from_vocab(ZH_VOCAB).vocab_size,
                  head=HeadConfig(task="classification", labels=["0", "1"]))
     d = _old_dir(tmp_path, cfg, {"task": "sst2", "kind": "single", "max_length": 40, "kg": None})
     _upgrade(capsys, d)
-    model, spec, builder = _load_finetuned(str(d), None, None, None)
+    model, spec, builder = _load_finetuned(EvaluateConfig(model=str(d), data="unread.tsv"))
     assert spec.name == "sst2" and task_from_config(model.config).name == "sst2" and builder.max_length == 40
 
 
@@ -193,6 +194,35 @@ def test_a_run_file_with_a_retired_field(tmp_path, capsys, name):
 
     assert read_run_file(str(path)) == {"max_steps": 4}
     assert _upgrade(capsys, path) == [f"{path}: up to date"]
+
+
+@pytest.mark.parametrize("name", ["mm.json", "mm.yaml"])
+def test_a_multimodal_run_config_with_its_own_seed_has_it_moved_into_train(tmp_path, capsys, name):
+    """An older multimodal run config (to_dict(): the run's fields + train) had a seed of its own beside
+    train.seed; the run's seed, which `--seed` gave the trainer too, becomes train.seed, the one seed."""
+    import yaml
+
+    from bertfam.config import read_run_file
+    from bertfam.runners.multimodal import MultimodalPretrainConfig
+
+    new = MultimodalPretrainConfig(modality="image", features="f", out="o",
+                                   train=MultimodalPretrainConfig.default_train(seed=3, max_steps=5))
+    old = new.to_dict()
+    old["train"]["seed"] = 42  # TrainConfig's default: a library run's trainer seed before
+    old = {**old, "seed": 3}
+    path = tmp_path / name
+    path.write_text(json.dumps(old) if name.endswith(".json") else yaml.safe_dump(old))
+    assert _upgrade(capsys, path) == [f"{path}: moved seed into train.seed"]
+    assert read_run_file(str(path)) == new.to_dict()
+    assert MultimodalPretrainConfig.from_dict(read_run_file(str(path)), source=str(path)) == new
+    assert _upgrade(capsys, path) == [f"{path}: up to date"]
+
+
+def test_a_flat_run_files_seed_is_the_seed_option_and_up_to_date(tmp_path, capsys):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"seed": 7, "lr": 0.01}))  # `multimodal pretrain --config`: --seed is train.seed
+    assert _upgrade(capsys, path) == [f"{path}: up to date"]
+    assert json.loads(path.read_text()) == {"seed": 7, "lr": 0.01}
 
 
 def test_upgraded_files_are_written_atomically_with_the_umask(tmp_path, capsys):

@@ -73,9 +73,9 @@ def _vocab_train(args) -> int:
 
 
 def _demo(args) -> int:
-    from ..runners.demo import run
+    from ..runners.demo import DemoConfig, run_demo
 
-    run(args.model, int8=args.int8)
+    run_demo(DemoConfig(model=args.model, int8=args.int8))
     return 0
 
 

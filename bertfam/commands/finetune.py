@@ -16,7 +16,8 @@ TASK_HELP = ("sst2, cola, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, tnews
 
 
 def _train_args(p) -> None:
-    """finetune's and glue's training options: FinetuneOptions' fields (its trainer's: its defaults)."""
+    """finetune's and glue's training options: the FinetuneOptions fields of their run configs (the trainer's:
+    its defaults)."""
     p.fields(OPTIMIZATION_FLAGS)
     p.fields({
         # 4: the builder's minimum
@@ -53,14 +54,15 @@ def _train_args(p) -> None:
 
 
 def register(sub) -> None:
-    from ..runners.finetune import FinetuneOptions, custom_kinds
+    from ..runners.finetune import EvaluateConfig, FinetuneRunConfig, GlueRunConfig, PredictConfig, custom_kinds
 
-    p = Flags(sub.add_parser("finetune", help="fine-tune a model on a GLUE/CLUE/NER/custom task"), FinetuneOptions)
-    p.add_argument("--task", required=True, help=TASK_HELP)
-    p.add_argument("--model", required=True, help="model directory (bertfam or Hugging Face)")
-    p.add_argument("--train", required=True)
-    p.add_argument("--dev", default=None, help="dev file (default: carve --dev-ratio of train)")
-    p.add_argument("--out", required=True)
+    p = Flags(sub.add_parser("finetune", help="fine-tune a model on a GLUE/CLUE/NER/custom task"), FinetuneRunConfig)
+    p.fields({"task": Flag(help=TASK_HELP),
+              "model": Flag(help="model directory (bertfam or Hugging Face)"),
+              "train_file": Flag(name="--train"),
+              "dev": Flag(help="dev file (default: carve --dev-ratio of train)"),
+              "out": Flag()})
+    # comma-separated on the command line, a list in the config: the command splits it (_run_config)
     p.add_argument("--kg", default=None, help="K-BERT knowledge graph file(s), comma-separated .spo")
     p.fields({"resume": Flag(help="continue from the latest checkpoint in --out")})
     g = p.add_argument_group("custom task (--task custom)")
@@ -80,7 +82,7 @@ def register(sub) -> None:
     p.add_argument("--task", default=None, help="default: the task the model was fine-tuned on")
     p.add_argument("--out", default=None, help="write eval_results.json and predictions here")
     p.add_argument("--kg", default=None)
-    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--batch-size", type=positive_int, default=EvaluateConfig.batch_size)
     p.add_argument("--max-length", type=positive_int, default=None,
                    help="default: the length the model was fine-tuned with; more than the model's positions is "
                         "clamped to them with a warning (as in embed)")
@@ -93,18 +95,16 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--task", default=None)
     p.add_argument("--kg", default=None)
-    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--batch-size", type=positive_int, default=PredictConfig.batch_size)
     p.add_argument("--max-length", type=positive_int, default=None,
                    help="default: the length the model was fine-tuned with; more than the model's positions is "
                         "clamped to them with a warning (as in embed)")
     p.add_argument("--int8", action="store_true", help=INT8_HELP)
     p.set_defaults(func=_predict)
 
-    p = Flags(sub.add_parser("glue", help="fine-tune + evaluate every GLUE task found in a directory"), FinetuneOptions)
-    p.add_argument("--model", required=True)
-    p.add_argument("--data", required=True, help="GLUE directory (CoLA/, SST-2/, MRPC/, ...)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--tasks", default=None, help="comma-separated subset")
+    p = Flags(sub.add_parser("glue", help="fine-tune + evaluate every GLUE task found in a directory"), GlueRunConfig)
+    p.fields({"model": Flag(), "data": Flag(help="GLUE directory (CoLA/, SST-2/, MRPC/, ...)"), "out": Flag()})
+    p.add_argument("--tasks", default=None, help="comma-separated subset")  # a list in the config, as --kg
     _train_args(p)
     p.command(_glue)
 
@@ -130,68 +130,69 @@ def _csv(s):
     return [x.strip() for x in s.split(",") if x.strip()] if s else None
 
 
-def _task(args):
+def _run_config(args, cfg):
+    """The finetune run config with what its options give as text: the K-BERT graphs, a custom task's columns
+    and labels (the custom-task options are read with --task custom only)."""
     from ..config import CustomTaskSettings
     from ..errors import ConfigError
-    from ..runners.finetune import custom_spec
 
-    if args.task != "custom":
+    cfg = dataclasses.replace(cfg, kg=_csv(args.kg))
+    if cfg.task != "custom":
         for flag in ("text_cols", "label_col"):
             if getattr(args, flag):
                 raise ConfigError(f"--{flag.replace('_', '-')} is for --task custom")
-        return args.task
+        return cfg
     cols = _csv(args.text_cols)
-    if not cols and args.kind != "token":
+    if not cols and args.kind != "token":  # said in the options' words (the reader's own check says it too)
         raise ConfigError("--task custom needs --text-cols (and --label-col)")
-    kind = args.kind or ("pair" if cols and len(cols) == 2 else "single")
-    return custom_spec(kind, CustomTaskSettings(format=args.format, text_cols=cols or [], label_col=args.label_col,
-                                                header=not args.no_header), _csv(args.labels))
+    custom = CustomTaskSettings(format=args.format, text_cols=cols or [], label_col=args.label_col,
+                                header=not args.no_header)
+    return dataclasses.replace(cfg, kind=args.kind, custom=custom, labels=_csv(args.labels))
 
 
 def _print_result(r: dict) -> None:
     print(json.dumps({k: v for k, v in r.items() if k not in ("history", "written")}, indent=2, ensure_ascii=False))
 
 
-def _finetune(args, options) -> int:
-    from ..runners.finetune import finetune
+def _finetune(args, cfg) -> int:
+    from ..runners.finetune import run_finetune
 
     check_checkpoints(args)
     set_threads(args)
-    options = dataclasses.replace(options, kg=_csv(args.kg))
-    r = finetune(_task(args), args.model, args.train, args.dev, args.out, options)
+    r = run_finetune(_run_config(args, cfg))
     if "written" in r:  # the main process (under torchrun every rank gets here with the same result)
         _print_result(r)
         # bertfam's one convention: metrics x 100 (0-100), as the GLUE/CLUE leaderboards print them; said so
         print(f"{r['task']}: dev {r['metric']} = {r['value']:.2f} on a 0-100 scale ({r['n_dev']} examples); "
-              f"model in {args.out}")
+              f"model in {cfg.out}")
         print(r["written"])
     return 0
 
 
 def _evaluate(args) -> int:
-    from ..runners.finetune import evaluate
+    from ..runners.finetune import EvaluateConfig, run_evaluate
 
-    r = evaluate(args.model, args.data, args.task, args.out, _csv(args.kg), max_length=args.max_length,
-                 batch_size=args.batch_size, int8=args.int8)
-    _print_result(r)
+    _print_result(run_evaluate(EvaluateConfig(model=args.model, data=args.data, task=args.task, out=args.out,
+                                              kg=_csv(args.kg), max_length=args.max_length,
+                                              batch_size=args.batch_size, int8=args.int8)))
     return 0
 
 
 def _predict(args) -> int:
-    from ..runners.finetune import predict
+    from ..runners.finetune import PredictConfig, run_predict
 
-    path = predict(args.model, args.data, args.out, args.task, _csv(args.kg), max_length=args.max_length,
-                   batch_size=args.batch_size, int8=args.int8)
+    path = run_predict(PredictConfig(model=args.model, data=args.data, out=args.out, task=args.task, kg=_csv(args.kg),
+                                     max_length=args.max_length, batch_size=args.batch_size, int8=args.int8))
     print(f"wrote {path}")
     return 0
 
 
-def _glue(args, options) -> int:
+def _glue(args, cfg) -> int:
     from ..runners.finetune import run_glue
 
     check_checkpoints(args)
     set_threads(args)
-    table = run_glue(args.model, args.data, args.out, options, tasks=_csv(args.tasks))
+    table = run_glue(dataclasses.replace(cfg, tasks=_csv(args.tasks)))
     if table is not None:  # None on the other torchrun ranks
         print(table)
     return 0

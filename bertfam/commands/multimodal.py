@@ -3,7 +3,6 @@
 Each sub-command turns its options into a `runners.multimodal` config and runs it there."""
 from __future__ import annotations
 
-import dataclasses
 import json
 
 from .common import (CHECKPOINT_FLAGS, OPTIMIZATION_FLAGS, add_threads_arg, check_checkpoints, check_window,
@@ -24,7 +23,7 @@ def _train_fields(p) -> None:
                           "directory"),
         "max_length": Flag(positive_int, "text tokens per sequence"),
         "eval_fraction": Flag(float_range(0, 1, hi_open=True), "records held out for evaluation"),
-        "seed": Flag(seed),
+        "train.seed": Flag(seed),
         "resume": Flag(help="resume an interrupted run (its directory or a checkpoint)"),
         "train.epochs": Flag(positive_float),
         "train.max_steps": Flag(positive_int),
@@ -97,11 +96,6 @@ def register(sub) -> None:
     c.set_defaults(func=_convert)
 
 
-def _seeded(cfg):
-    """The run config with --seed seeding the trainer too, as the run's seed always has from the command line."""
-    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=cfg.seed))
-
-
 def _report(summary: dict) -> int:
     if "report" in summary:  # the main process (under torchrun every rank ends here)
         print(json.dumps(summary["report"], indent=2))
@@ -124,7 +118,7 @@ def _pretrain(args, cfg) -> int:
 
     check_checkpoints(args)
     set_threads(args)
-    return _report(run_multimodal_pretrain(_seeded(cfg)))
+    return _report(run_multimodal_pretrain(cfg))
 
 
 def _finetune(args, cfg) -> int:
@@ -133,7 +127,7 @@ def _finetune(args, cfg) -> int:
     from ..runners.multimodal import run_multimodal_finetune
 
     set_threads(args)
-    return _report(run_multimodal_finetune(_seeded(cfg)))
+    return _report(run_multimodal_finetune(cfg))
 
 
 def _eval(args) -> int:
@@ -167,9 +161,10 @@ def pretrain_from_generic_args(given: dict) -> int:
     # the trainer options `bertfam pretrain` was given (the run directory is the multimodal run's own)
     options = argparse.Namespace(**{k: v for k, v in given.items() if k != "out_dir"})
     set_threads(options)
+    # --seed is the trainer's (default: multimodal pretrain's), which draws the weights and the split too
     train = train_config(options, MultimodalPretrainConfig.default_train())
     cfg = MultimodalPretrainConfig(modality=g("modality"), features=g("features"), out=g("out_dir"), vocab=g("vocab"),
                                    model_config=g("model_config") or "bert-tiny", init=g("init"),
-                                   codebook=g("codebook"), mask_rate=g("mask_rate") or 0.15, seed=g("seed") or 0,
-                                   train=train, resume=g("resume"), max_length=g("max_seq_len"))
+                                   codebook=g("codebook"), mask_rate=g("mask_rate") or 0.15, train=train,
+                                   resume=g("resume"), max_length=g("max_seq_len"))
     return _report(run_multimodal_pretrain(cfg))

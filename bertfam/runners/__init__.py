@@ -3,7 +3,8 @@ dataclass; the training runs nest the trainer's `TrainConfig` (`runners.options.
 
 - `runners.pretrain`: `run_pretraining(PretrainConfig)` (BERT / RoBERTa / ALBERT / ERNIE objectives),
   `run_pretrain_data` (the instance cache), `run_plot` (a run's curves);
-- `runners.finetune`: `finetune`, `evaluate`, `predict`, `run_glue` (`FinetuneOptions`), every task of the table;
+- `runners.finetune`: `run_finetune(FinetuneRunConfig)`, `run_glue(GlueRunConfig)`, `run_evaluate(EvaluateConfig)`,
+  `run_predict(PredictConfig)`, every task of the table;
   `runners.embed`: `run_embed(EmbedConfig)`;
 - `runners.mrc`: `run_mrc_train` (`MRCTrainConfig`, around `tasks.mrc.train_mrc`) and the other `bertfam mrc`
   jobs (`run_mrc_predict`, `run_mrc_ensemble`, `run_mrc_evaluate`, `run_mrc_ask`, `run_mrc_compare`,
@@ -14,7 +15,7 @@ dataclass; the training runs nest the trainer's `TrainConfig` (`runners.options.
 - `runners.export`: `run_onnx_export` + `run_onnx_check` (`OnnxExportConfig`), `run_quantize` (`QuantizeConfig`);
 - `runners.kbert`: `run_kbert_show`; `runners.core`: `describe_checkpoint`, `run_convert`, `run_vocab_train`;
   `runners.upgrade`: `run_upgrade(UpgradeConfig)` (files of older versions in the current format);
-  `runners.demo`: `run`.
+  `runners.demo`: `run_demo(DemoConfig)`.
 
 The command modules (bertfam/commands/) only build these configs from the options (generated from the
 configs' fields: `commands.flags`; or the trainer's alone: `commands.common.train_config`) and print what the

@@ -13,6 +13,7 @@ import tempfile
 import time
 import unicodedata
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -56,15 +57,25 @@ def demo_data_path() -> str:
     return os.path.join(PACKAGE_DIR, "resources", DEMO_DATA)
 
 
-def run(model_dir: Optional[str] = None, rows: int = 12, int8: bool = False) -> dict:
-    """The MRC demo on `model_dir` (default: the shipped model); int8: run the model quantized
-    (modeling/int8.py)."""
+@dataclass
+class DemoConfig:
+    """The MRC demo on `model` (None: the shipped model), `rows` rows of its table; int8: run the model
+    quantized (modeling/int8.py)."""
+
+    model: Optional[str] = None
+    rows: int = 12
+    int8: bool = False
+
+
+def run_demo(cfg: DemoConfig) -> dict:
+    """Run the demo (printing as it goes); returns its scores and speed."""
+    model_dir = cfg.model
     if model_dir is None:
         model_dir = shipped_model_dir()
         if model_dir is None:
             print(f"no shipped model at models/{SHIPPED_MODEL}: showing the encoder demo instead")
-            return encoder_demo(int8=int8)
-    return mrc_demo(model_dir, rows, int8)
+            return encoder_demo(int8=cfg.int8)
+    return mrc_demo(model_dir, cfg.rows, cfg.int8)
 
 
 # ----------------------------------------------------------------------------- the MRC demo

@@ -1,13 +1,20 @@
-"""Fine-tuning, evaluation and prediction for every task in the task table (library entry points).
+"""Fine-tuning, evaluation and prediction for every task in the task table (library entry points): one
+config per job and one function that runs it.
 
-    from bertfam.runners.finetune import finetune, evaluate, predict
-    summary = finetune("sst2", "path/to/model", "train.tsv", "dev.tsv", "runs/sst2", epochs=3)
-    # or finetune(..., FinetuneOptions(max_length=64, train=FinetuneOptions.default_train(lr=3e-5)))
+    from bertfam.runners.finetune import FinetuneRunConfig, run_finetune
+    cfg = FinetuneRunConfig(task="sst2", model="path/to/model", train_file="train.tsv", dev="dev.tsv",
+                            out="runs/sst2", max_length=64, train=FinetuneRunConfig.default_train(lr=3e-5))
+    summary = run_finetune(cfg)
+
+- `run_finetune(FinetuneRunConfig)`: fine-tune one task (a row of the task table, or `custom`);
+- `run_glue(GlueRunConfig)`: every GLUE task of a directory, one table beside the BERT paper's numbers;
+- `run_evaluate(EvaluateConfig)` / `run_predict(PredictConfig)`: a fine-tuned directory on a data file.
+`FinetuneOptions` holds what the two training jobs share (how each task is trained, the trainer's fields).
 
 The fine-tuned directory is a normal model directory (config.json with the task recorded in
 head.finetune, a `config.FinetuneSettings`; weights = the best dev checkpoint; tokenizer), training_info.json
-(the run: data files, sizes, steps, score) plus eval_results.json and dev_predictions.*; `evaluate`/`predict`
-need only that directory and a data file.
+(the run: data files, sizes, steps, score) plus eval_results.json and dev_predictions.*; evaluating and
+predicting need only that directory and a data file.
 """
 from __future__ import annotations
 
@@ -36,11 +43,11 @@ log = logging.getLogger("bertfam")
 METRIC_SCALE = "0-100"  # every metric x 100 (evaluation/metrics.py), as the GLUE/CLUE leaderboards; results say so
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FinetuneOptions(RunOptions):
-    """A fine-tuning run's own fields and its trainer's (`train`; finetune() sets its out_dir, the metric it
-    selects on and save_final). Flat mappings (`from_dict`, finetune()'s keyword arguments) may name
-    train.checkpoints `save_checkpoints`."""
+    """How a task is fine-tuned, what `FinetuneRunConfig` and `GlueRunConfig` share: the run's own fields and
+    its trainer's (`train`; each task's run sets its out_dir, the metric it selects on and save_final). Flat
+    mappings (`from_dict`) may name train.checkpoints `save_checkpoints`."""
 
     TRAIN_DEFAULTS: ClassVar[dict] = {"epochs": 3, "group_by_length": True}
     TRAIN_ALIASES: ClassVar[dict] = {"save_checkpoints": "checkpoints"}
@@ -67,9 +74,81 @@ class FinetuneOptions(RunOptions):
     train: TrainConfig = field(default_factory=lambda: FinetuneOptions.default_train())
 
 
+@dataclass(kw_only=True)
+class FinetuneRunConfig(FinetuneOptions):
+    """Fine-tune `model` on the task `task` (a task-table name, or "custom": `custom` names the file's columns,
+    `kind` what is predicted, default pair with two text columns, else single; `labels` the label list,
+    default those in train), select on `dev` (None: dev_ratio carved from `train_file`), save to `out`."""
+
+    task: str
+    model: str  # model directory (bertfam or Hugging Face)
+    train_file: str
+    out: str
+    dev: Optional[str] = None
+    kind: Optional[str] = None
+    custom: Optional[CustomTaskSettings] = None
+    labels: Optional[Sequence[str]] = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.custom, dict):  # to_dict() writes it as a mapping
+            try:
+                self.custom = CustomTaskSettings.from_dict(self.custom, "custom")
+            except ConfigError as e:  # its type checks name the field where a model records it: here, custom
+                raise ConfigError(str(e).replace(CustomTaskSettings.WHERE, "custom", 1)) from None
+
+
+@dataclass(kw_only=True)
+class GlueRunConfig(FinetuneOptions):
+    """Fine-tune and evaluate `model` on every GLUE task (or those of `tasks`) found under `data`, each into
+    out/TASK; test submissions to out/submission(.zip); the table to out/results.txt."""
+
+    model: str
+    data: str  # the GLUE directory (CoLA/, SST-2/, MRPC/, ...)
+    out: str
+    tasks: Optional[Sequence[str]] = None  # default: GLUE_ORDER
+
+
+@dataclass
+class EvaluateConfig:
+    """Score the fine-tuned `model` on the labelled file `data` (eval_results.json and the predictions to `out`
+    when given). None: the model's own setting (head.finetune: task, K-BERT graphs, max_length); int8: run
+    it quantized (modeling/int8.py)."""
+
+    model: str
+    data: str
+    task: Optional[str] = None
+    out: Optional[str] = None
+    kg: Optional[Sequence[str]] = None
+    max_length: Optional[int] = None  # more than the model's positions is clamped to them (as embed)
+    batch_size: int = 64
+    int8: bool = False
+
+
+@dataclass
+class PredictConfig:
+    """Predict labels for the (possibly unlabelled) file `data` with the fine-tuned `model`, into the directory
+    `out`. The other fields as EvaluateConfig's."""
+
+    model: str
+    data: str
+    out: str
+    task: Optional[str] = None
+    kg: Optional[Sequence[str]] = None
+    max_length: Optional[int] = None
+    batch_size: int = 64
+    int8: bool = False
+
+
 # ---------------------------------------------------------------------- helpers
-def resolve_task(task: Union[str, TaskSpec]) -> TaskSpec:
-    return task if isinstance(task, TaskSpec) else get_task(task)
+def finetune_task(cfg: FinetuneRunConfig) -> TaskSpec:
+    """The TaskSpec cfg trains: its task-table row, or for "custom" the one of cfg.custom's columns."""
+    if cfg.task != "custom":
+        if cfg.custom is not None or cfg.kind or cfg.labels:
+            raise ConfigError(f"custom, kind and labels are for task custom, not {cfg.task}")
+        return get_task(cfg.task)
+    c = cfg.custom or CustomTaskSettings()  # the kind's reader says which columns it needs
+    kind = cfg.kind or ("pair" if len(c.text_cols) == 2 else "single")
+    return custom_spec(kind, c, list(cfg.labels) if cfg.labels else None)
 
 
 def task_from_config(cfg) -> TaskSpec:
@@ -89,8 +168,8 @@ def custom_kinds() -> list[str]:
 
 
 def custom_spec(kind: str, c: CustomTaskSettings, labels: Optional[list] = None) -> TaskSpec:
-    """The TaskSpec of a custom task (`--task custom`, or head.finetune.custom of a fine-tuned model):
-    what `finetune` takes as its task. ConfigError for a kind or columns the task cannot be read with."""
+    """The TaskSpec of a custom task (`--task custom`, or head.finetune.custom of a fine-tuned model).
+    ConfigError for a kind or columns the task cannot be read with."""
     return custom_task(c.format, kind, c.text_cols, c.label_col, labels, c.header)
 
 
@@ -143,79 +222,49 @@ def _build_reporting_kbert(builder: FeatureBuilder, examples: list, what: str) -
 
 
 # ---------------------------------------------------------------------- fine-tune
-def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Optional[str], out: str,
-             opts: Optional[FinetuneOptions] = None, **kw) -> dict:
-    """Fine-tune `model_dir` on `train`, select on `dev` (or a split carved from train), save to `out`.
-    Without `opts`, the keyword arguments are its fields, flat (epochs=3, max_length=64: `from_dict`)."""
+def run_finetune(cfg: FinetuneRunConfig) -> dict:
+    """Fine-tune cfg.model on cfg.train_file, select on cfg.dev (or a split carved from it), save to cfg.out;
+    returns what out/eval_results.json holds, with "written" (what the run wrote) on the main process."""
     from ..training.distributed import is_main_process
     from ..training.rundir import describe_run_dir, link_duplicate_weights, prepare_run_dir
 
-    opts = opts or FinetuneOptions.from_dict(kw, source="finetune()")
-    seed = opts.train.seed
-    spec = resolve_task(task)
+    spec = finetune_task(cfg)  # a task that cannot be read is refused before anything is written
+    out = cfg.out
     if is_main_process():  # one process decides (and, with overwrite, removes), before anything is written
-        prepare_run_dir(out, resume=opts.resume, overwrite=opts.overwrite_output_dir, source=model_dir)
-    check_max_length(load_config(model_dir)[0], opts.max_length)  # as pretrain: refused, not clamped
-    train_ex = spec.read(train)
-    if dev:
-        dev_ex = spec.read(dev)
-        dev_note = dev
-    else:
-        train_ex, dev_ex = split_train_dev(train_ex, opts.dev_ratio, seed)
-        dev_note = f"{int(opts.dev_ratio * 100)}% carved from {os.path.basename(train)} (seed {seed})"
-    if opts.max_train and len(train_ex) > opts.max_train:
-        train_ex = random.Random(seed).sample(train_ex, opts.max_train)
-    max_eval = opts.max_eval
-    if max_eval is None and opts.max_train and not dev:  # the carved split follows the subset's size
-        max_eval = max(1, int(round(opts.max_train * opts.dev_ratio)))
-    if max_eval and len(dev_ex) > max_eval:
-        dev_note += f", {max_eval} of its {len(dev_ex)} examples"
-        dev_ex = [dev_ex[i] for i in sorted(random.Random(seed + 1).sample(range(len(dev_ex)), max_eval))]
-    _need_labels(train_ex, spec, train)
-    _need_labels(dev_ex, spec, dev or train)
+        prepare_run_dir(out, resume=cfg.resume, overwrite=cfg.overwrite_output_dir, source=cfg.model)
+    check_max_length(load_config(cfg.model)[0], cfg.max_length)  # as pretrain: refused, not clamped
+    train_ex, dev_ex, dev_note = _finetune_examples(cfg, spec)
     labels = collect_labels(spec, train_ex)
-    dev_ex = _known_labels_only(dev_ex, spec, labels, dev or "dev split")
-    settings = FinetuneSettings(task=spec.name, kind=spec.kind, max_length=opts.max_length,
-                                kg=list(opts.kg) if opts.kg else None,
-                                custom=(CustomTaskSettings.from_dict(spec.extra) if spec.suite == "custom"
-                                        and spec.extra else None))
-    info = {"runs": [{"command": "finetune", "task": spec.name, "base_model": model_dir, "train": train,
+    dev_ex = _known_labels_only(dev_ex, spec, labels, cfg.dev or "dev split")
+    info = {"runs": [{"command": "finetune", "task": spec.name, "base_model": cfg.model, "train": cfg.train_file,
                       "dev": dev_note}]}
-    head_kw = {"labels": labels, "num_labels": max(1, len(labels)), "finetune": settings, "info": info,
-               "label_descriptions": label_descriptions(train_ex, labels)}
-    if opts.classifier_pooling is not None:
-        head_kw["classifier_pooling"] = opts.classifier_pooling
-    if opts.resume:
+    if cfg.resume:
         _check_resumable(out, spec, labels)
-    model = from_pretrained(model_dir, task=spec.head, seed=seed, dequantize=True, **head_kw)
-    if opts.freeze_word_embeddings:
-        model.backbone.embeddings.word.weight.requires_grad_(False)
-    if opts.freeze_layers:
-        freeze_bottom(model, opts.freeze_layers)
-    builder = FeatureBuilder(model.tokenizer, spec, labels, opts.max_length,
-                             _kbert_inputs(model.tokenizer, opts.kg, opts.max_length))
+    model = _finetune_model(cfg, spec, labels, info, label_descriptions(train_ex, labels))
+    builder = FeatureBuilder(model.tokenizer, spec, labels, cfg.max_length,
+                             _kbert_inputs(model.tokenizer, cfg.kg, cfg.max_length))
     train_f = _build_reporting_kbert(builder, train_ex, "train")
     dev_f = _build_reporting_kbert(builder, dev_ex, "dev")
 
     kept: dict = {}  # predictions of the best evaluation so far (same rule as the trainer: strictly better)
 
     def eval_fn(m) -> dict:
-        names = builder.label_names(builder.predict(m, dev_f, batch_size=2 * opts.train.batch_size))
+        names = builder.label_names(builder.predict(m, dev_f, batch_size=2 * cfg.train.batch_size))
         metrics = score(spec, names, gold(dev_ex, spec))
         if "metrics" not in kept or metrics[spec.headline] > kept["metrics"][spec.headline]:
             kept.update(names=names, metrics=metrics)
         return metrics
 
-    tc = dataclasses.replace(opts.train, out_dir=out, metric_for_best=spec.headline, greater_is_better=True,
-                             save_final=opts.train.checkpoints)
+    tc = dataclasses.replace(cfg.train, out_dir=out, metric_for_best=spec.headline, greater_is_better=True,
+                             save_final=cfg.train.checkpoints)
     trainer = Trainer(model.train(), tc, train_f, builder.collate, eval_fn=eval_fn, lengths=lengths(train_f),
                       tokenizer=model.tokenizer)
-    summary = trainer.train(resume_from=out if opts.resume else None)
+    summary = trainer.train(resume_from=out if cfg.resume else None)
     best_here = "names" in kept and kept["metrics"][spec.headline] == summary["best"]  # not a resumed run's older best
     if _keep_best(model, out) and best_here:  # the best evaluation's predictions are those of out/best
         names, metrics = kept["names"], kept["metrics"]
     else:
-        names = builder.label_names(builder.predict(model, dev_f, batch_size=2 * opts.train.batch_size))
+        names = builder.label_names(builder.predict(model, dev_f, batch_size=2 * cfg.train.batch_size))
         metrics = score(spec, names, gold(dev_ex, spec))
     result = {"task": spec.name, "metric": spec.headline, "value": metrics[spec.headline], "scale": METRIC_SCALE,
               "metrics": metrics,
@@ -233,6 +282,49 @@ def finetune(task: Union[str, TaskSpec], model_dir: str, train: str, dev: Option
     return result
 
 
+def _finetune_examples(cfg: FinetuneRunConfig, spec: TaskSpec) -> tuple[list, list, str]:
+    """(training examples, dev examples, where dev comes from): the files read, dev carved from train when
+    there is no dev file, both cut to max_train / max_eval (seeded draws)."""
+    seed = cfg.train.seed
+    train_ex = spec.read(cfg.train_file)
+    if cfg.dev:
+        dev_ex = spec.read(cfg.dev)
+        dev_note = cfg.dev
+    else:
+        train_ex, dev_ex = split_train_dev(train_ex, cfg.dev_ratio, seed)
+        dev_note = f"{int(cfg.dev_ratio * 100)}% carved from {os.path.basename(cfg.train_file)} (seed {seed})"
+    if cfg.max_train and len(train_ex) > cfg.max_train:
+        train_ex = random.Random(seed).sample(train_ex, cfg.max_train)
+    max_eval = cfg.max_eval
+    if max_eval is None and cfg.max_train and not cfg.dev:  # the carved split follows the subset's size
+        max_eval = max(1, int(round(cfg.max_train * cfg.dev_ratio)))
+    if max_eval and len(dev_ex) > max_eval:
+        dev_note += f", {max_eval} of its {len(dev_ex)} examples"
+        dev_ex = [dev_ex[i] for i in sorted(random.Random(seed + 1).sample(range(len(dev_ex)), max_eval))]
+    _need_labels(train_ex, spec, cfg.train_file)
+    _need_labels(dev_ex, spec, cfg.dev or cfg.train_file)
+    return train_ex, dev_ex, dev_note
+
+
+def _finetune_model(cfg: FinetuneRunConfig, spec: TaskSpec, labels: list, info: dict, descriptions: dict):
+    """The base model with the task's new head (seeded by train.seed), its record (head.finetune) and the
+    layers cfg freezes."""
+    settings = FinetuneSettings(task=spec.name, kind=spec.kind, max_length=cfg.max_length,
+                                kg=list(cfg.kg) if cfg.kg else None,
+                                custom=(CustomTaskSettings.from_dict(spec.extra) if spec.suite == "custom"
+                                        and spec.extra else None))
+    head_kw = {"labels": labels, "num_labels": max(1, len(labels)), "finetune": settings, "info": info,
+               "label_descriptions": descriptions}
+    if cfg.classifier_pooling is not None:
+        head_kw["classifier_pooling"] = cfg.classifier_pooling
+    model = from_pretrained(cfg.model, task=spec.head, seed=cfg.train.seed, dequantize=True, **head_kw)
+    if cfg.freeze_word_embeddings:
+        model.backbone.embeddings.word.weight.requires_grad_(False)
+    if cfg.freeze_layers:
+        freeze_bottom(model, cfg.freeze_layers)
+    return model
+
+
 def freeze_bottom(model, n: int) -> None:
     """requires_grad False for the embeddings and the first n distinct encoder layers."""
     layers = model.backbone.encoder.layers
@@ -240,6 +332,8 @@ def freeze_bottom(model, n: int) -> None:
         raise ConfigError(f"freeze_layers={n}: the model has {len(layers)} distinct encoder layers")
     for module in [model.backbone.embeddings, *layers[:n]]:
         module.requires_grad_(False)
+
+
 def _check_resumable(out: str, spec: TaskSpec, labels: list) -> None:
     """--resume into a run of another task, or of other labels, would fail on the head's shapes deep in
     loading: say what the directory holds instead."""
@@ -280,56 +374,52 @@ def _keep_best(model, out: str) -> bool:
 
 
 # ---------------------------------------------------------------------- evaluate / predict
-def _load_finetuned(model_dir: str, task: Optional[str], kg: Optional[Sequence[str]], max_length: Optional[int],
-                    int8: bool = False):
-    model = optimize_for_inference(from_pretrained(model_dir), int8=int8)
-    spec = get_task(task) if task else task_from_config(model.config)
+def _load_finetuned(cfg: Union[EvaluateConfig, PredictConfig]):
+    """(model, its TaskSpec, a FeatureBuilder) of a fine-tuned directory, ready to predict."""
+    model = optimize_for_inference(from_pretrained(cfg.model), int8=cfg.int8)
+    spec = get_task(cfg.task) if cfg.task else task_from_config(model.config)
     if model.task != spec.head:
-        raise ConfigError(f"{model_dir}: has a {model.task!r} head, task {spec.name} needs {spec.head!r}")
+        raise ConfigError(f"{cfg.model}: has a {model.task!r} head, task {spec.name} needs {spec.head!r}")
     saved = model.config.head.finetune or FinetuneSettings(task=spec.name)  # --task on a model without the record
-    L = fit_max_length(model.config, max_length or saved.max_length)  # as embed: clamped
-    kg = kg or saved.kg
+    L = fit_max_length(model.config, cfg.max_length or saved.max_length)  # as embed: clamped
+    kg = cfg.kg or saved.kg
     builder = FeatureBuilder(model.tokenizer, spec, list(model.config.head.labels), L,
                              _kbert_inputs(model.tokenizer, kg, L))
     return model, spec, builder
 
 
-def evaluate(model_dir: str, data: str, task: Optional[str] = None, out: Optional[str] = None,
-             kg: Optional[Sequence[str]] = None, max_length: Optional[int] = None, batch_size: int = 64,
-             int8: bool = False) -> dict:
-    """Score a fine-tuned model on a labelled file. int8: run it quantized (modeling/int8.py)."""
-    model, spec, builder = _load_finetuned(model_dir, task, kg, max_length, int8)
-    examples = spec.read(data)
-    _need_labels(examples, spec, data)
-    examples = _known_labels_only(examples, spec, builder.labels, data)
-    names = builder.label_names(builder.predict(model, builder.build(examples), batch_size, progress=True))
+def run_evaluate(cfg: EvaluateConfig) -> dict:
+    """Score a fine-tuned model on a labelled file: the headline metric and every other, on the 0-100 scale."""
+    model, spec, builder = _load_finetuned(cfg)
+    examples = spec.read(cfg.data)
+    _need_labels(examples, spec, cfg.data)
+    examples = _known_labels_only(examples, spec, builder.labels, cfg.data)
+    names = builder.label_names(builder.predict(model, builder.build(examples), cfg.batch_size, progress=True))
     metrics = score(spec, names, gold(examples, spec))
-    result = {"task": spec.name, "data": data, "n": len(examples), "metric": spec.headline,
+    result = {"task": spec.name, "data": cfg.data, "n": len(examples), "metric": spec.headline,
               "value": metrics[spec.headline], "scale": METRIC_SCALE, "metrics": metrics}
-    if out:
-        os.makedirs(out, exist_ok=True)
-        atomic_write_text(os.path.join(out, "eval_results.json"), json.dumps(result, indent=2, ensure_ascii=False))
-        write_predictions(os.path.join(out, "predictions"), spec, examples, names)
+    if cfg.out:
+        os.makedirs(cfg.out, exist_ok=True)
+        atomic_write_text(os.path.join(cfg.out, "eval_results.json"),
+                          json.dumps(result, indent=2, ensure_ascii=False))
+        write_predictions(os.path.join(cfg.out, "predictions"), spec, examples, names)
     return result
 
 
-def predict(model_dir: str, data: str, out: str, task: Optional[str] = None,
-            kg: Optional[Sequence[str]] = None, max_length: Optional[int] = None, batch_size: int = 64,
-            int8: bool = False) -> str:
-    """Predict labels for a (possibly unlabelled) file. GLUE tasks: `out/TASK.tsv` in the GLUE
-    submission format (`index\\tprediction`); others: out/predictions.tsv or .jsonl. Returns the path.
-    int8: run the model quantized (modeling/int8.py)."""
-    model, spec, builder = _load_finetuned(model_dir, task, kg, max_length, int8)
-    examples = spec.read(data)
-    names = builder.label_names(builder.predict(model, builder.build(examples, with_labels=False), batch_size,
+def run_predict(cfg: PredictConfig) -> str:
+    """Predict labels for a file. GLUE tasks: `out/TASK.tsv` in the GLUE submission format
+    (`index\\tprediction`); others: out/predictions.tsv or .jsonl. Returns the path."""
+    model, spec, builder = _load_finetuned(cfg)
+    examples = spec.read(cfg.data)
+    names = builder.label_names(builder.predict(model, builder.build(examples, with_labels=False), cfg.batch_size,
                                                 progress=True))
-    os.makedirs(out, exist_ok=True)
+    os.makedirs(cfg.out, exist_ok=True)
     if spec.suite == "glue":
         from ..data.glue import SUBMISSION_NAME
 
-        return write_predictions(os.path.join(out, SUBMISSION_NAME[spec.name]), spec, examples, names,
+        return write_predictions(os.path.join(cfg.out, SUBMISSION_NAME[spec.name]), spec, examples, names,
                                  ids=[ex.guid for ex in examples])  # the GLUE server matches its test index
-    return write_predictions(os.path.join(out, "predictions"), spec, examples, names)
+    return write_predictions(os.path.join(cfg.out, "predictions"), spec, examples, names)
 
 
 def write_predictions(stem: str, spec: TaskSpec, examples: list[Example], names: list,
@@ -349,43 +439,51 @@ def write_predictions(stem: str, spec: TaskSpec, examples: list[Example], names:
 GLUE_ORDER = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
 
 
-def run_glue(model_dir: str, glue_dir: str, out: str, opts: Optional[FinetuneOptions] = None,
-             tasks: Optional[Sequence[str]] = None) -> Optional[str]:
-    """Fine-tune and evaluate every GLUE task found under glue_dir; write test submissions where a test
+def run_glue(cfg: GlueRunConfig) -> Optional[str]:
+    """Fine-tune and evaluate every GLUE task found under cfg.data; write test submissions where a test
     file exists; return (and save as out/results.txt) one table beside the BERT paper's numbers (None on
     a non-main torchrun rank, whose table `bertfam glue` does not print)."""
     from ..training.distributed import is_main_process
     from ..data.glue import find_task_files
     from ..evaluation.glue import results_table
 
-    opts = opts or FinetuneOptions()
     rows = []
-    for task in tasks or GLUE_ORDER:
-        files = find_task_files(glue_dir, get_task(task).name)
-        if "train" not in files:
-            continue
-        tdir = os.path.join(out, task)
-        r = finetune(task, model_dir, files["train"], files.get("dev"), tdir, opts)
-        note = "dev: " + (os.path.relpath(files["dev"], glue_dir) if "dev" in files else r["dev"])
-        rows.append({**r, "note": note})
-        if task == "mnli":  # the same model on the mismatched dev set
-            mm = find_task_files(glue_dir, "mnli-mm")
-            if "dev" in mm:
-                e = evaluate(tdir, mm["dev"], task="mnli-mm")
-                rows.append({"task": "mnli-mm", "metric": e["metric"], "value": e["value"], "n_train": r["n_train"],
-                             "n_dev": e["n"], "note": "dev: " + os.path.relpath(mm["dev"], glue_dir)})
-            if "test" in mm:
-                predict(tdir, mm["test"], os.path.join(out, "submission"), task="mnli-mm")
-        if "test" in files:
-            predict(tdir, files["test"], os.path.join(out, "submission"), task=task)
+    for task in cfg.tasks or GLUE_ORDER:
+        files = find_task_files(cfg.data, get_task(task).name)
+        if "train" in files:
+            rows += _glue_task(cfg, task, files)
     if not rows:
-        raise DataError(f"{glue_dir}: no GLUE task folder with a train file (CoLA/, SST-2/, MRPC/, ...)")
-    rows = _merge_earlier_rows(os.path.join(out, "results.json"), rows)
-    _zip_submission(os.path.join(out, "submission"))
+        raise DataError(f"{cfg.data}: no GLUE task folder with a train file (CoLA/, SST-2/, MRPC/, ...)")
+    rows = _merge_earlier_rows(os.path.join(cfg.out, "results.json"), rows)
+    _zip_submission(os.path.join(cfg.out, "submission"))
     table = results_table(rows)
-    atomic_write_text(os.path.join(out, "results.txt"), table + "\n")
-    atomic_write_text(os.path.join(out, "results.json"), json.dumps(rows, indent=2, ensure_ascii=False))
+    atomic_write_text(os.path.join(cfg.out, "results.txt"), table + "\n")
+    atomic_write_text(os.path.join(cfg.out, "results.json"), json.dumps(rows, indent=2, ensure_ascii=False))
     return table if is_main_process() else None
+
+
+def _glue_task(cfg: GlueRunConfig, task: str, files: dict) -> list[dict]:
+    """One GLUE task fine-tuned into out/TASK with cfg's options: its table rows (MNLI: + mismatched dev) and
+    its test submissions."""
+    from ..data.glue import find_task_files
+
+    tdir, sub = os.path.join(cfg.out, task), os.path.join(cfg.out, "submission")
+    shared = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(FinetuneOptions)}
+    r = run_finetune(FinetuneRunConfig(**shared, task=task, model=cfg.model, train_file=files["train"],
+                                       dev=files.get("dev"), out=tdir))
+    note = "dev: " + (os.path.relpath(files["dev"], cfg.data) if "dev" in files else r["dev"])
+    rows = [{**r, "note": note}]
+    if task == "mnli":  # the same model on the mismatched dev set
+        mm = find_task_files(cfg.data, "mnli-mm")
+        if "dev" in mm:
+            e = run_evaluate(EvaluateConfig(model=tdir, data=mm["dev"], task="mnli-mm"))
+            rows.append({"task": "mnli-mm", "metric": e["metric"], "value": e["value"], "n_train": r["n_train"],
+                         "n_dev": e["n"], "note": "dev: " + os.path.relpath(mm["dev"], cfg.data)})
+        if "test" in mm:
+            run_predict(PredictConfig(model=tdir, data=mm["test"], out=sub, task="mnli-mm"))
+    if "test" in files:
+        run_predict(PredictConfig(model=tdir, data=files["test"], out=sub, task=task))
+    return rows
 
 
 def _merge_earlier_rows(path: str, rows: list[dict]) -> list[dict]:

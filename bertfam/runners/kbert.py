@@ -3,7 +3,7 @@
 - `run_kbert_show(KBertShowConfig)`: the text `bertfam kbert show` prints (tokens with their soft
   positions and injected marks, the visible matrix, the builder's counts).
 
-Fine-tuning with a graph is `runners.finetune.finetune` with `FinetuneOptions(kg=...)`.
+Fine-tuning with a graph is `runners.finetune.run_finetune` with `FinetuneRunConfig(kg=...)`.
 """
 from __future__ import annotations
 

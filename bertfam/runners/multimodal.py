@@ -19,6 +19,10 @@ from ..training import TrainConfig
 from .options import RunOptions
 
 REPORT_KEYS = ("steps", "epochs", "elapsed_s", "final_eval")
+# fields that older versions' run configs held beside their train section and the trainer's field of the same
+# name holds now (`seed`: one seed for the trainer, a new model's weights and the evaluation split);
+# `bertfam upgrade` moves them into train
+MOVED_TO_TRAIN = ("seed",)
 
 
 @dataclass(kw_only=True)
@@ -26,9 +30,11 @@ class MultimodalRunConfig(RunOptions):
     """What a multimodal training run shares: its features (DIR/manifest.jsonl unless `manifest`), run
     directory, tokenizer (`vocab`, else the `init` model's), model (`model_config` for a new one, or
     `init`), held-out records. `max_length` None: the job's own default. The speech front end fields
-    default to AudioConfig's. `train`: the trainer's fields (multimodal.runs.TRAIN_DEFAULTS)."""
+    default to AudioConfig's. `train`: the trainer's fields (multimodal.runs.TRAIN_DEFAULTS); its seed also
+    draws a new model's weights and the evaluation split."""
 
-    TRAIN_DEFAULTS: ClassVar[dict] = TRAIN_DEFAULTS
+    # seed 0: what the runs' own seed was before train.seed became the one seed (`--seed` set both)
+    TRAIN_DEFAULTS: ClassVar[dict] = {**TRAIN_DEFAULTS, "seed": 0}
 
     modality: str
     features: str
@@ -39,7 +45,6 @@ class MultimodalRunConfig(RunOptions):
     manifest: Optional[str] = None
     max_length: Optional[int] = None
     eval_fraction: float = 0.1
-    seed: int = 0
     resume: Optional[str] = None
     sample_rate: int = AudioConfig.sample_rate
     n_mels: int = AudioConfig.n_mels
@@ -51,7 +56,7 @@ class MultimodalRunConfig(RunOptions):
         """The keyword arguments pretrain_multimodal and finetune_multimodal share."""
         audio = {k: getattr(self, k) for k in ("sample_rate", "n_mels", "stack", "max_frames")}
         kw = dict(vocab=self.vocab, config=self.model_config, init=self.init, manifest=self.manifest,
-                  eval_fraction=self.eval_fraction, seed=self.seed, audio=AudioConfig(**audio), train=self.train,
+                  eval_fraction=self.eval_fraction, seed=self.train.seed, audio=AudioConfig(**audio), train=self.train,
                   resume=self.resume)
         if self.max_length:
             kw["max_length"] = self.max_length

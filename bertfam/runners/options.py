@@ -1,6 +1,6 @@
 """A run's configuration: the run's own fields plus one nested `train: TrainConfig` (the trainer's fields).
 
-Every run config (PretrainConfig, FinetuneOptions) mixes in `RunOptions`, so it reads the same mappings:
+Every run config (PretrainConfig, FinetuneRunConfig ...) mixes in `RunOptions`, so it reads the same mappings:
 nested ones (`{..., "train": {...}}`, what `to_dict` writes, e.g. RUN/pretrain_config.json) and flat ones
 (the trainer's fields at the top level: older run configs, keyword arguments, the commands' options).
 """
@@ -33,7 +33,8 @@ class RunOptions:
     @classmethod
     def from_dict(cls, d: dict, source: str = "run config"):
         """The run config of a nested or a flat mapping (flat trainer fields win over the `train` section's;
-        both over the run's defaults). ConfigError naming `source` for a key that is no field."""
+        both over the run's defaults). ConfigError naming `source` for a key that is no field, or a field
+        without a default that the mapping leaves out."""
         own = {f.name for f in dataclasses.fields(cls)} - {"train"}
         d = dict(d)
         nested = d.pop("train", None)
@@ -56,6 +57,10 @@ class RunOptions:
                 unknown.append(k)
         if unknown:
             raise ConfigError(f"{source}: unknown field(s) {', '.join(sorted(unknown))}")
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in kw and f.name != "train"
+                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:  # the dataclass would raise a TypeError naming its __init__
+            raise ConfigError(f"{source}: missing field(s) {', '.join(missing)}")
         return cls(**kw, train=TrainConfig(**train))
 
     def to_dict(self) -> dict:

@@ -7,7 +7,10 @@ What is older, and what it becomes:
   bookkeeping) to training_info.json beside it (what that file holds already wins);
 - a run directory's pretrain_config.json in the flat layout (the trainer's fields beside the run's) or with
   a retired field (`runners.pretrain.RETIRED_FIELDS`): the nested layout the run writes, without it;
-- a run file (--config RUN.json / .yaml) with a retired field: the same file without it.
+- a run file (--config RUN.json / .yaml) with a retired field: the same file without it;
+- a multimodal run config in the nested layout (`to_dict()`: the run's fields + "train") with `seed` beside
+  its train section (`runners.multimodal.MOVED_TO_TRAIN`): the seed moved to train.seed, the one seed of the
+  run (a flat run file's `seed` is the `--seed` option, train.seed already).
 
 A directory is searched recursively (checkpoints under RUN/checkpoints and RUN/best included) for
 config.json and pretrain_config.json; a run file of another name is upgraded when named itself. Every file
@@ -26,6 +29,7 @@ from ..config import (TRAINING_INFO_FILE, FinetuneSettings, ModelConfig, MRCSett
                       read_training_info)
 from ..errors import ConfigError
 from ..utils import atomic_write_text
+from .multimodal import MOVED_TO_TRAIN
 from .pretrain import RETIRED_FIELDS, RUN_CONFIG_FILE, PretrainConfig, old_run_config, write_run_config
 
 MODEL_CONFIG_FILE = "config.json"
@@ -139,20 +143,37 @@ def upgrade_saved_run_config(path: str) -> Optional[str]:
 
 
 def upgrade_run_file(path: str) -> Optional[str]:
-    """Rewrite a --config run file (JSON or YAML) holding a retired field without it (a YAML file is written
-    by PyYAML: its comments are not kept)."""
+    """Rewrite a run file (JSON or YAML) holding a retired field without it, or one holding a field beside its
+    train section that the train section holds now with that field moved (a YAML file is written by PyYAML:
+    its comments are not kept)."""
     d = read_run_file(path)
-    old = old_run_config(d, run_file=True)
-    if old is None:
+    retired, moved = _retired(d), _moved(d)
+    if not retired and not moved:
         return None
-    new = _without_retired(d)
+    new = _moved_into_train(_without_retired(d), moved)
     if path.endswith((".yaml", ".yml")):
         import yaml
 
         atomic_write_text(path, yaml.safe_dump(new, sort_keys=False, allow_unicode=True))
     else:
         atomic_write_text(path, json.dumps(new, indent=2, ensure_ascii=False) + "\n")
-    return f"removed retired field(s) {', '.join(_retired(d))}"
+    done = [f"removed retired field(s) {', '.join(retired)}"] if retired else []
+    return "; ".join(done + [f"moved {k} into train.{k}" for k in moved])
+
+
+def _moved(d: dict) -> list[str]:
+    """The fields of MOVED_TO_TRAIN beside a train section (a flat run file has none: its `seed` is the
+    option that sets train.seed)."""
+    return [k for k in MOVED_TO_TRAIN if k in d and isinstance(d.get("train"), dict)]
+
+
+def _moved_into_train(d: dict, moved: list[str]) -> dict:
+    """d with each of `moved` in its train section; its value wins over the section's, as it did when a run
+    was started (`--seed` set the trainer's seed too)."""
+    d = dict(d)
+    if moved:
+        d["train"] = {**d["train"], **{k: d.pop(k) for k in moved}}
+    return d
 
 
 def _retired(d: dict) -> list[str]:

@@ -171,7 +171,7 @@ class FeatureBuilder:
     def predict(self, model, feats: Sequence[dict], batch_size: int = 64, progress: bool = False) -> list:
         """Per example: class id / score / list of tag ids over the characters (no labels needed);
         the windows of a long token-task example are merged back into one tag list. The model runs as
-        given (`evaluate` / `predict` in runners/finetune.py optimize_for_inference it first; a model
+        given (`run_evaluate` / `run_predict` in runners/finetune.py optimize_for_inference it first; a model
         in training is not swapped). progress: a bar on a
         terminal, else a line with rate and time left (bertfam.progress)."""
         from ..progress import Progress
