@@ -1,6 +1,7 @@
 """Cross-validation on real MRC questions (bertfam.tasks.mrc.crossval): folds that share no passage, question
 or title; decoding and thresholds chosen out of fold; the bootstrap interval."""
 import dataclasses
+import json
 import math
 import random
 
@@ -96,6 +97,19 @@ def test_out_of_fold_tuner_picks_the_better_setting_and_scores_each_fold_out_of_
         expect = "甲乙丙" if cands["good"][i].null_diff > c["null_threshold"] else NO_ANSWER
         assert res["answers"][i] == expect
     assert 0.5 < res["f1"].mean() < 1.0 and len(res["em"]) == len(exs)
+
+
+def test_kept_fold_files_load_and_write_back_byte_for_byte():
+    """recipes/mrc_checklist_cv.py keeps each fold's raw scores on disk ({setting: [raw scores per question]},
+    OUT/foldF.raw.json); files written when raw scores were plain dicts load into RawScores and write back
+    the same bytes."""
+    kept = ('{"none/8": [{"nbest": [{"text": "甲乙丙", "start": 0, "end": 3, "score": 1.25, "prob": 1.0}], '
+            '"null_diff": 0.75, "p_answerable": 0.5, "relevance": null}, '
+            '{"nbest": [], "null_diff": -Infinity, "p_answerable": null, "relevance": 0.25}]}')
+    raws = {k: [RawScores.from_dict(r, "fold0.raw.json") for r in v] for k, v in json.loads(kept).items()}
+    assert raws["none/8"][0].best == SpanCandidate("甲乙丙", 0, 3, 1.25, 1.0)
+    assert raws["none/8"][1].null_diff == -math.inf and raws["none/8"][1].relevance == 0.25
+    assert json.dumps({k: [r.to_dict() for r in v] for k, v in raws.items()}, ensure_ascii=False) == kept
 
 
 def test_a_folds_own_predictions_never_choose_its_thresholds():

@@ -1,5 +1,6 @@
 """MRC decoding across windows, the MRCPredictor contract, threshold tuning, ensembles, and the CLI
 end to end (tiny random model: train a few steps -> predict -> evaluate -> ensemble/compare -> ask)."""
+import dataclasses
 import json
 import math
 import os
@@ -341,3 +342,64 @@ def test_training_a_model_whose_verifier_is_missing_scores_the_reader_alone(tok,
     # the trained model still names it: build-verifier can build it there, and predicting says what is missing
     assert bertfam.from_pretrained(str(tmp_path / "run")).config.head.mrc_settings.verifier == "verifier"
 
+
+# ------------------------------------------------------------------ settings and typed results
+def test_a_settings_override_changes_the_given_field_and_keeps_the_rest(tok):
+    from bertfam.runners.mrc import MRCPredictorOptions
+
+    m = tiny_span_model(tok)
+    m.config.head.mrc = MRCSettings(max_length=96, doc_stride=24, n_best=7, null_threshold=1.5,
+                                    answer_extension="clause")
+    s = settings_of(m, max_answer_length=30)
+    assert s == dataclasses.replace(m.config.head.mrc, max_answer_length=30)
+    assert MRCPredictor(m, s).settings == s
+    assert MRCPredictor(m).settings == m.config.head.mrc  # None: the model's own
+    # an ensemble: the first model's windows and decoding, the members' mean thresholds
+    m2 = tiny_span_model(tok, 2)
+    m2.config.head.mrc = MRCSettings(max_length=64, null_threshold=0.5, answerable_threshold=0.25)
+    both = MRCPredictor([m, m2]).settings
+    assert (both.max_length, both.n_best, both.null_threshold, both.answerable_threshold) == (96, 7, 1.0, 0.375)
+    # the windows are cut to the model's positions
+    assert MRCPredictor(m, settings_of(m, max_length=4096)).settings.max_length == m.config.max_sequence_length
+    # the commands' options are overrides of the fields they give
+    kw = MRCPredictorOptions(max_answer_length=30, verifier=False).predictor_kw()
+    assert kw == {"overrides": {"max_answer_length": 30}, "verifier": False, "batch_size": 32, "int8": False}
+
+
+def test_typed_results_give_the_json_shapes_of_before(tok):
+    m = tiny_span_model(tok)
+    pred = MRCPredictor(m, settings_of(m, max_length=48, doc_stride=16, null_threshold=-1e9, answerable_threshold=0.0))
+    item = {"question": "价格", "passage": "售价６９９９元，华为于2020年发布。"}
+    plain, detailed = pred.predict_batch([item])[0], pred.predict_batch([item], details=True)[0]
+    assert list(plain.to_dict()) == ["answer", "start", "end", "score", "answerable"]
+    d = detailed.to_dict()
+    assert list(d) == ["answer", "start", "end", "score", "answerable", "nbest", "null_diff", "p_answerable",
+                       "relevance"]
+    assert list(d["nbest"][0]) == ["text", "start", "end", "score", "prob"] and d["answer"] == d["nbest"][0]["text"]
+    blank = pred.predict_batch([{"question": " ", "passage": "x"}], details=True)[0].to_dict()
+    assert blank == {"answer": None, "start": None, "end": None, "score": 1.0, "answerable": False, "nbest": [],
+                     "null_diff": -math.inf, "p_answerable": None, "relevance": None}
+    raw = pred.raw_scores([item])[0]
+    assert list(raw.to_dict()) == ["nbest", "null_diff", "p_answerable", "relevance"]
+    assert RawScores.from_dict(json.loads(json.dumps(raw.to_dict()))) == raw  # as kept fold files are read back
+    assert pred.decide(raw, details=True) == detailed
+
+
+def test_a_bad_setting_is_one_config_error_line(tok):
+    from bertfam import ConfigError, DataError
+
+    m = tiny_span_model(tok)
+    cases = [(lambda: settings_of(m, max_answer_length=0), "head.mrc.max_answer_length must be a positive integer"),
+             (lambda: settings_of(m, answer_extension="word"), "head.mrc.answer_extension must be one of"),
+             (lambda: settings_of(m, max_answer_len=30), r"head.mrc: unknown field\(s\) max_answer_len"),
+             (lambda: MRCPredictor(m, {"max_length": 64}), "MRCPredictor: settings must be an MRCSettings")]
+    for make, message in cases:
+        with pytest.raises(ConfigError, match="^" + message) as e:
+            make()
+        assert "\n" not in str(e.value)
+    bad = settings_of(m)
+    bad.n_best = -1  # set after construction: the predictor checks its settings again
+    with pytest.raises(ConfigError, match=r"^head.mrc.n_best must be a positive integer, got -1$"):
+        MRCPredictor(m, bad)
+    with pytest.raises(DataError, match="^kept.json: not MRC raw scores"):
+        RawScores.from_dict({"nbest": []}, "kept.json")
