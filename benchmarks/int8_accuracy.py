@@ -255,9 +255,9 @@ def mrc_scores(exs, raws, pred) -> dict:
     from bertfam.evaluation.dureader import NO_ANSWER, Reference, evaluate
     from bertfam.tasks.mrc import answered
 
-    answers = [r["nbest"][0]["text"] if answered(r, pred.null_threshold, pred.answerable_threshold) else NO_ANSWER
-               for r in raws]
-    forced = [r["nbest"][0]["text"] if r["nbest"] else NO_ANSWER for r in raws]
+    s = pred.settings
+    answers = [r.best.text if answered(r, s.null_threshold, s.answerable_threshold) else NO_ANSWER for r in raws]
+    forced = [r.best.text if r.nbest else NO_ANSWER for r in raws]
     out = {}
     groups = {"all": range(len(exs)), "answerable": [i for i, e in enumerate(exs) if not e.is_impossible],
               "unanswerable": [i for i, e in enumerate(exs) if e.is_impossible]}
@@ -297,21 +297,22 @@ def mrc_section(args) -> dict:
             pred = MRCPredictor(m, batch_size=args.batch_size)
             t0 = time.perf_counter()
             ws = pred.window_scores(items)
-            raws = [decode(w, ex.context, pred.n_best, pred.max_answer_length) for w, ex in zip(ws, exs)]
+            s = pred.settings
+            raws = [decode(w, ex.context, s.n_best, s.max_answer_length) for w, ex in zip(ws, exs)]
             scores, answers, forced = mrc_scores(exs, raws, pred)
             got[e] = (ws, raws, answers, forced)
             res["engines"][e] = {"available": True, "seconds": time.perf_counter() - t0, **scores,
                                  "windows": int(sum(len(w) for w in ws))}
-            res["settings"] = {"max_length": pred.max_length, "doc_stride": pred.doc_stride,
-                               "max_answer_length": pred.max_answer_length, "null_threshold": pred.null_threshold,
-                               "answerable_threshold": pred.answerable_threshold}
+            res["settings"] = {"max_length": s.max_length, "doc_stride": s.doc_stride,
+                               "max_answer_length": s.max_answer_length, "null_threshold": s.null_threshold,
+                               "answerable_threshold": s.answerable_threshold}
         except Exception as ex:
             res["engines"][e] = {"available": False, "reason": failure(ex)}
     for e in [x for x in got if x != "bertfam" and "bertfam" in got]:
         (w32, r32, a32, f32), (w8, r8, a8, f8) = got["bertfam"], got[e]
         dl = [float(np.abs(x[1] - y[1]).max()) for wa, wb in zip(w32, w8) for x, y in zip(wa, wb)]
-        pa = [abs(a["p_answerable"] - b["p_answerable"]) for a, b in zip(r32, r8)
-              if a["p_answerable"] is not None and b["p_answerable"] is not None]
+        pa = [abs(a.p_answerable - b.p_answerable) for a, b in zip(r32, r8)
+              if a.p_answerable is not None and b.p_answerable is not None]
         r = res["engines"][e]
         r["F1_change"] = round(r["all"]["F1"] - res["engines"]["bertfam"]["all"]["F1"], 2)
         if "forced_answerable" in r:

@@ -55,7 +55,7 @@ def forced_f1(sets, texts: dict) -> dict:
 def run_bertfam(args, train, sets) -> dict:
     from mrc_checklist_eval import answers as decide
 
-    from bertfam.tasks.mrc import MRCPredictor, decode, load_span_model, train_mrc, tune_on_raw
+    from bertfam.tasks.mrc import MRCPredictor, decode, load_span_model, settings_of, train_mrc, tune_on_raw
     from bertfam.training import TrainConfig
 
     model = load_span_model(args.base, seed=args.seed)
@@ -65,7 +65,7 @@ def run_bertfam(args, train, sets) -> dict:
     summary = train_mrc(model, train, os.path.join(args.out, "bertfam"), (), max_length=args.max_length,
                         doc_stride=args.doc_stride, tune=False, train=tc)
     train_s = time.perf_counter() - t0
-    pred = MRCPredictor(model, max_length=args.max_length, doc_stride=args.doc_stride)
+    pred = MRCPredictor(model, settings_of(model, max_length=args.max_length, doc_stride=args.doc_stride))
     res = {"train_s": train_s, "train_tokens_per_s": summary["tokens_per_s"], "windows": summary["train_windows"]}
     raws = {}
     for name, (exs, items) in sets.items():
@@ -73,7 +73,7 @@ def run_bertfam(args, train, sets) -> dict:
         ws = pred.window_scores(items)
         res[f"{name}_questions_per_s"] = len(items) / (time.perf_counter() - t0)
         raws[name] = [decode(w, it["passage"], 20, args.max_answer_length) for w, it in zip(ws, items)]
-    res["forced"] = forced_f1(sets, {n: [r["nbest"][0]["text"] if r["nbest"] else "" for r in raws[n]] for n in raws})
+    res["forced"] = forced_f1(sets, {n: [r.best.text if r.nbest else "" for r in raws[n]] for n in raws})
     for rule in ("null", "both"):
         t = tune_on_raw(raws["dev"], sets["dev"][0], has_answerability=True, rule=rule)
         res[rule] = {"thresholds": t, **{name: official(exs, decide(raws[name], t["null_threshold"],

@@ -133,9 +133,9 @@ class AnswerabilityModel(TypedSettings):
 class MRCSettings(TypedSettings):
     """A span model's reading-comprehension windows, decoding and no-answer rule (`head.mrc`). Each default
     here is the only one: `bertfam mrc train` records the windows it trained with, threshold tuning the
-    thresholds (and max_answer_length); MRCPredictor, the mrc pipeline and `serve` read them, and their
-    arguments (None = the model's setting) override them. A span model without `head.mrc` (a Hugging Face
-    import) runs with these defaults.
+    thresholds (and max_answer_length); MRCPredictor runs with one MRCSettings (the model's, or a copy with
+    some fields replaced: `tasks.mrc.settings_of`), and so do the mrc pipeline and `serve`. A span model
+    without `head.mrc` (a Hugging Face import) runs with these defaults.
 
     No-answer rule (`tasks.mrc.answered`): answer iff best span - null score > null_threshold AND
     P(answerable) >= answerable_threshold (a model without the classifier: the first test alone) AND, when

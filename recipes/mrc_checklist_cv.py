@@ -37,7 +37,8 @@ import torch  # noqa: E402
 
 from bertfam.data.mrc import read_mrc  # noqa: E402
 from bertfam.data.mrc_negatives import similar_passage_negatives  # noqa: E402
-from bertfam.tasks.mrc import MRCPredictor, decode, load_span_model, save_thresholds, train_mrc  # noqa: E402
+from bertfam.tasks.mrc import (MRCPredictor, RawScores, decode, load_span_model, save_thresholds,  # noqa: E402
+                               train_mrc)
 from bertfam.tasks.mrc.crossval import (assign_folds, bootstrap_interval, breakdown, fold_sizes,  # noqa: E402
                                         items_of, leaks, tune_out_of_fold)
 from bertfam.training import TrainConfig  # noqa: E402
@@ -125,20 +126,28 @@ def parse_setting(name: str) -> tuple[str, int, float]:
 
 
 def raw_candidates(model, exs, relevance, penalties) -> dict:
-    """{"none/32": [decode result per example], ...}: one forward pass, every decoding setting."""
+    """{"none/32": [RawScores per example], ...}: one forward pass, every decoding setting."""
     pred = MRCPredictor(model, verifier=False)  # a list of models: their logits averaged
     ws = pred.window_scores(items_of(exs))
     out = {}
     for name in setting_names(penalties):
         ext, L, q = parse_setting(name)
-        raws = []
-        for w, e, rel in zip(ws, exs, relevance):
-            r = decode(w, e.context, pred.n_best, L, ext, e.question, q)
-            r["nbest"] = r["nbest"][:1]
-            r["relevance"] = rel
-            raws.append(r)
-        out[name] = raws
+        raws = (decode(w, e.context, pred.settings.n_best, L, ext, e.question, q) for w, e in zip(ws, exs))
+        # the top span alone is kept (the fold files stay small): all that the out-of-fold choice reads
+        out[name] = [dataclasses.replace(r, nbest=r.nbest[:1], relevance=rel) for r, rel in zip(raws, relevance)]
     return out
+
+
+def save_candidates(path: str, cands: dict) -> None:
+    """A fold's candidates as OUT/foldF.raw.json ({setting: [RawScores.to_dict() per example]})."""
+    atomic_write_text(path, json.dumps({k: [r.to_dict() for r in v] for k, v in cands.items()}))
+
+
+def load_candidates(path: str, relevance: list) -> dict:
+    """A kept fold file back, each example with this run's verifier score (relevance: one per example)."""
+    kept = json.load(open(path))
+    return {k: [dataclasses.replace(RawScores.from_dict(r, path), relevance=rel) for r, rel in zip(v, relevance)]
+            for k, v in kept.items()}
 
 
 def trained_fold_model(args, f: int):
@@ -181,12 +190,12 @@ def signal_quality(exs, cands) -> dict:
     any_raws = next(iter(cands.values()))
     auc = {}
     for key in ("null_diff", "p_answerable", "relevance"):
-        v = [r[key] for r in any_raws]
+        v = [getattr(r, key) for r in any_raws]
         if None not in v:
             auc[key] = round(float(roc_auc_score(y, [x if x > -1e30 else -1e9 for x in v])), 3)
     forced = {}
     for name, raws in cands.items():
-        f = [score_one(Reference(e.answer_texts, False, e.qtype), r["nbest"][0]["text"] if r["nbest"] else "")[0]
+        f = [score_one(Reference(e.answer_texts, False, e.qtype), r.best.text if r.nbest else "")[0]
              for e, r in zip(exs, raws) if not e.is_impossible]
         forced[name] = round(100 * sum(f) / len(f), 1)
     return {"auc": auc, "forced_f1_answerable": forced}
@@ -286,13 +295,9 @@ def main() -> int:
                                   os.path.join(args.out, f"fold{f}"))
             else:  # predictions kept from a run with fewer settings: the fold's model scores them again
                 model = trained_fold_model(args, f)
-            c = raw_candidates(model, [exs[i] for i in idx], [rel[i] for i in idx], penalties)
-            atomic_write_text(path, json.dumps(c))
+            save_candidates(path, raw_candidates(model, [exs[i] for i in idx], [rel[i] for i in idx], penalties))
             del model
-        pieces[f] = json.load(open(path))
-        for raws in pieces[f].values():  # kept predictions get this run's verifier scores
-            for i, r in zip(idx, raws):
-                r["relevance"] = rel[i]
+        pieces[f] = load_candidates(path, [rel[i] for i in idx])  # kept predictions get this run's verifier scores
     if len(pieces) < args.folds:
         print(f"{len(pieces)} of {args.folds} folds done; the out-of-fold table needs all", file=sys.stderr)
         return 0
@@ -310,7 +315,7 @@ def main() -> int:
         results["reports"].append(report(exs, folds, cands, rules, "reader + verifier rules"))
     results["reports"].append(report(exs, folds, cands, rules + ("fused",), "fused signals (logistic regression)"))
     if args.verifier:  # the same without the verifier's score: a system without a second encoder
-        bare = {k: [dict(r, relevance=None) for r in v] for k, v in cands.items()}
+        bare = {k: [dataclasses.replace(r, relevance=None) for r in v] for k, v in cands.items()}
         results["reports"].append(report(exs, folds, bare, ("both", "null", "cls", "fused"),
                                          "fused signals without the verifier"))
     best = max(results["reports"], key=lambda r: r["oof_f1"])

@@ -14,6 +14,7 @@ Usage: python recipes/mrc_checklist_eval.py MODEL_DIR [MODEL_DIR ...] --dev runs
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -37,7 +38,7 @@ TUNING_HALF = os.path.join(ROOT, "recipes", "checklist_demo_tuning_half.txt")
 
 def answers(raws, tn: float, ta: float, tv: float = -1.0) -> list[str]:
     """Each question's answer text (or NO_ANSWER) under the predictor's own no-answer rule."""
-    return [r["nbest"][0]["text"] if answered(r, tn, ta, tv) else NO_ANSWER for r in raws]
+    return [r.best.text if answered(r, tn, ta, tv) else NO_ANSWER for r in raws]
 
 
 def signal_aucs(exs, raws) -> dict:
@@ -47,17 +48,16 @@ def signal_aucs(exs, raws) -> dict:
     y = [not e.is_impossible for e in exs]
     if len(set(y)) < 2:
         return {}
-    out = {"null_diff": [r["null_diff"] if r["nbest"] else -1e9 for r in raws],
-           "p_answerable": [r["p_answerable"] for r in raws], "relevance": [r.get("relevance") for r in raws]}
+    out = {"null_diff": [r.null_diff if r.nbest else -1e9 for r in raws],
+           "p_answerable": [r.p_answerable for r in raws], "relevance": [r.relevance for r in raws]}
     return {k: round(float(roc_auc_score(y, v)), 3) for k, v in out.items() if None not in v}
 
 
-def decoded(ws, exs, rel, pred, length: int, extension: str) -> list[dict]:
-    """decode() of each question's windows, with the verifier's relevance (rel: None without one)."""
-    raws = [decode(w, e.context, pred.n_best, length, extension) for w, e in zip(ws, exs)]
-    for r, v in zip(raws, rel if rel is not None else []):
-        r["relevance"] = float(v)
-    return raws
+def decoded(ws, exs, rel, pred, length: int, extension: str) -> list:
+    """decode() of each question's windows (RawScores), with the verifier's relevance (rel: None per example
+    without one)."""
+    raws = [decode(w, e.context, pred.settings.n_best, length, extension) for w, e in zip(ws, exs)]
+    return [dataclasses.replace(r, relevance=float(v) if v is not None else None) for r, v in zip(raws, rel)]
 
 
 def score(examples, preds: list[str]) -> dict:
@@ -101,7 +101,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    pred = load_predictor(args.models, max_length=args.max_length, doc_stride=args.doc_stride,
+    windows = {k: getattr(args, k) for k in ("max_length", "doc_stride") if getattr(args, k) is not None}
+    pred = load_predictor(args.models, overrides=windows,  # the others: the model's own settings
                           verifier=args.verifier)  # None: the model's own verifier, if it has one
     sets = {}  # name -> (examples, window scores, relevance or None per example)
     for name, path in (("dev", args.dev), ("demo", args.demo)):
@@ -109,7 +110,8 @@ def main() -> int:
         print(rep.summary(), file=sys.stderr)
         rel = pred.relevance(items_of(exs))
         sets[name] = (exs, pred.window_scores(items_of(exs)), [None] * len(exs) if rel is None else list(rel))
-    report = {"models": args.models, "max_length": pred.max_length,
+    s = pred.settings
+    report = {"models": args.models, "max_length": s.max_length,
               "verifier": args.verifier or (pred.models[0].config.head.mrc_settings.verifier
                                             if pred.verifier is not None else None), "settings": []}
     if args.tune_demo_half:
@@ -122,9 +124,9 @@ def main() -> int:
         sets["dev+demo_tuning_half"] = tuple(a + b for a, b in zip(sets["dev"], sets["demo_tuning_half"]))
     dev_ex, dev_ws, dev_rel = sets["dev+demo_tuning_half" if args.tune_demo_half else "dev"]
     if args.no_tune:
-        chosen = {"max_answer_length": pred.max_answer_length, "answer_extension": pred.answer_extension,
-                  "rule": "saved", "null_threshold": pred.null_threshold,
-                  "answerable_threshold": pred.answerable_threshold, "verifier_threshold": pred.verifier_threshold}
+        chosen = {"max_answer_length": s.max_answer_length, "answer_extension": s.answer_extension,
+                  "rule": "saved", "null_threshold": s.null_threshold,
+                  "answerable_threshold": s.answerable_threshold, "verifier_threshold": s.verifier_threshold}
     else:
         rules = [r for r in args.rules.split(",")
                  if (r not in ("both", "cls", "all") or pred.has_answerability)
@@ -133,9 +135,9 @@ def main() -> int:
         for ext in args.extensions.split(","):
             for L in (int(x) for x in args.lengths.split(",")):
                 raws = decoded(dev_ws, dev_ex, dev_rel, pred, L, ext)
-                forced = score(dev_ex, [r["nbest"][0]["text"] if r["nbest"] else NO_ANSWER for r in raws])
+                forced = score(dev_ex, [r.best.text if r.nbest else NO_ANSWER for r in raws])
                 for rule in rules:
-                    t = tune_on_raw(raws, dev_ex, pred.null_threshold, pred.answerable_threshold,
+                    t = tune_on_raw(raws, dev_ex, s.null_threshold, s.answerable_threshold,
                                     pred.has_answerability, rule=rule)
                     row = {"max_answer_length": L, "answer_extension": ext, "rule": rule,
                            "null_threshold": t["null_threshold"], "answerable_threshold": t["answerable_threshold"],
@@ -154,7 +156,7 @@ def main() -> int:
         report[name]["auc"] = signal_aucs(exs, raws)
         report[name]["forced_answerable"] = score(
             [e for e in exs if not e.is_impossible],
-            [r["nbest"][0]["text"] if r["nbest"] else NO_ANSWER for r, e in zip(raws, exs) if not e.is_impossible]
+            [r.best.text if r.nbest else NO_ANSWER for r, e in zip(raws, exs) if not e.is_impossible]
         )["all"]
     # a model continued from one that saw half of the demo (training_info.json demo_seen_qids) is scored on
     # the other half apart: only that half is held out for it

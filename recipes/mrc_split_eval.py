@@ -26,7 +26,8 @@ import torch  # noqa: E402
 import bertfam  # noqa: E402
 from bertfam.data.mrc import read_mrc  # noqa: E402
 from bertfam.evaluation.dureader import NO_ANSWER, Reference, evaluate  # noqa: E402
-from bertfam.tasks.mrc import MRCPredictor, predict_examples, save_thresholds, tune_thresholds  # noqa: E402
+from bertfam.tasks.mrc import (MRCPredictor, predict_examples, save_thresholds, settings_of,  # noqa: E402
+                               tune_thresholds)
 
 
 def scores(examples, preds) -> dict:
@@ -53,18 +54,21 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     model = bertfam.from_pretrained(a.model)
-    pred = MRCPredictor(model, max_length=a.max_length, doc_stride=None)  # None: the model's own setting
+    windows = {"max_length": a.max_length} if a.max_length is not None else {}  # else the model's own setting
+    pred = MRCPredictor(model, settings_of(model, **windows))
     dev, _ = read_mrc(a.dev, mode="train")
     tune_ck, _ = read_mrc(os.path.join(a.checklist_dir, "checklist_tune.json"), mode="train")
     held_ck, _ = read_mrc(os.path.join(a.checklist_dir, "checklist_heldout.json"), mode="train")
     if a.no_tune:
-        tuned = {"null_threshold": pred.null_threshold, "answerable_threshold": pred.answerable_threshold}
+        tuned = {"null_threshold": pred.settings.null_threshold,
+                 "answerable_threshold": pred.settings.answerable_threshold}
     else:
         tuned = tune_thresholds(pred, dev + (tune_ck if a.checklist_tune else []))
-        pred.null_threshold, pred.answerable_threshold = tuned["null_threshold"], tuned["answerable_threshold"]
+        pred.settings = dataclasses.replace(pred.settings, null_threshold=tuned["null_threshold"],
+                                            answerable_threshold=tuned["answerable_threshold"])
     everything = dev + tune_ck + held_ck
     preds, _, qps = predict_examples(pred, everything)
-    out = {"model": a.model, "max_length": pred.max_length, "thresholds": tuned, "questions_per_s": qps, "splits": {}}
+    out = {"model": a.model, "max_length": pred.settings.max_length, "thresholds": tuned, "questions_per_s": qps, "splits": {}}
     for src in ("cmrc2018", "robust"):
         part = [ex for ex in dev if ex.qid.startswith("TRAIN_") == (src == "cmrc2018")]
         for kind, imp in (("answerable", False), ("unanswerable", True)):
@@ -74,7 +78,7 @@ def main() -> None:
     out["splits"]["checklist held-out half"] = scores(held_ck, preds)
     out["splits"]["checklist tuning half"] = scores(tune_ck, preds)
     out["splits"]["checklist all 100"] = scores(tune_ck + held_ck, preds)
-    print(f"{a.model}: windows of {pred.max_length} tokens; thresholds null {tuned['null_threshold']:.3f}, "
+    print(f"{a.model}: windows of {pred.settings.max_length} tokens; thresholds null {tuned['null_threshold']:.3f}, "
           f"P(answerable) {tuned['answerable_threshold']}; tuning-set F1 {tuned.get('dev_f1', float('nan')):.2f}")
     print(f"{'split':34s} {'n':>4s} {'F1':>6s} {'EM':>6s} {'base F1':>8s} {'answered':>8s}")
     for name, r in out["splits"].items():
@@ -84,7 +88,7 @@ def main() -> None:
             json.dump(out, f, indent=1)
     if a.save:
         head = model.config.head
-        head.mrc = dataclasses.replace(head.mrc_settings, max_length=pred.max_length)
+        head.mrc = dataclasses.replace(head.mrc_settings, max_length=pred.settings.max_length)
         if a.seen_qids:  # training_info.json
             head.info = dict(head.info, demo_seen_qids=sorted(ex.qid for ex in tune_ck))
         model.save_pretrained(a.save)

@@ -80,4 +80,4 @@ def test_mrc_predictor_does_not_answer_a_zero_width_passage(dirs):
 
     pred = MRCPredictor(bertfam.from_pretrained(dirs["span"]), verifier=False)
     out = pred.predict_batch([{"question": "首都？", "passage": "\u200b\u200b"}])
-    assert out[0]["answerable"] is False and out[0]["answer"] is None
+    assert out[0].answerable is False and out[0].answer is None

@@ -78,9 +78,9 @@ def test_shipped_model_loads_and_answers():
     assert d is not None, "models/mrc-zh-e5small-l6 is missing from the checkout"
     model = load_mrc_model(d)
     assert model.config.head.task == "span" and model.config.num_hidden_layers == 6
-    pred = predictor_from_models([model], [d], null_threshold=-1e9, answerable_threshold=0.0)  # force a span
-    r = pred.predict("长江全长大约多少公里？", "长江是中国第一长河，全长约6300公里，最后注入东海。")
-    assert r["answerable"] and r["answer"] in "长江是中国第一长河，全长约6300公里，最后注入东海。"
+    pred = predictor_from_models([model], [d], overrides={"null_threshold": -1e9, "answerable_threshold": 0.0})
+    r = pred.predict("长江全长大约多少公里？", "长江是中国第一长河，全长约6300公里，最后注入东海。")  # forced: a span
+    assert r.answerable and r.answer in "长江是中国第一长河，全长约6300公里，最后注入东海。"
 
 
 def test_demo_scores_held_out_questions_apart(tmp_path, tiny_span_dir, capsys, monkeypatch):

@@ -13,7 +13,7 @@ from bertfam.data.mrc import MRCAnswer, MRCExample
 from bertfam.data.mrc_windows import Window
 from bertfam.data.mrc_negatives import answer_removed_negative, sentences, similar_passage_negatives
 from bertfam.errors import DataError
-from bertfam.tasks.mrc import MRCPredictor, decode, tune_on_raw
+from bertfam.tasks.mrc import MRCPredictor, RawScores, SpanCandidate, decode, settings_of, tune_on_raw
 
 from .conftest import FIXTURES, ZH_VOCAB
 
@@ -150,10 +150,10 @@ def test_decoder_returns_long_descriptive_answers_when_allowed():
     start, end = np.zeros(102), np.zeros(102)
     start[1], end[90] = 9.0, 9.0  # the best span: 90 tokens
     start[5], end[8] = 4.0, 4.0  # a short, weaker one
-    long_ = decode([(w, start, end, 0.9)], passage, n_best=5, max_answer_length=128)["nbest"][0]
-    assert (long_["start"], long_["end"]) == (0, 90)
-    short = decode([(w, start, end, 0.9)], passage, n_best=5, max_answer_length=64)["nbest"][0]
-    assert short["end"] - short["start"] <= 64
+    long_ = decode([(w, start, end, 0.9)], passage, n_best=5, max_answer_length=128).best
+    assert (long_.start, long_.end) == (0, 90)
+    short = decode([(w, start, end, 0.9)], passage, n_best=5, max_answer_length=64).best
+    assert short.end - short.start <= 64
 
 
 def test_tune_on_raw_rules():
@@ -163,10 +163,8 @@ def test_tune_on_raw_rules():
            MRCExample("c", "q", "也有答案", answers=[MRCAnswer("答案", 2)]),
            MRCExample("b1", "q", "没有", is_impossible=True),
            MRCExample("b2", "q", "没有", is_impossible=True)]
-    raw = [{"nbest": [{"text": "答案"}], "null_diff": 6.0, "p_answerable": 0.4},
-           {"nbest": [{"text": "答案"}], "null_diff": 3.0, "p_answerable": 0.9},
-           {"nbest": [{"text": "没有"}], "null_diff": 4.0, "p_answerable": 0.2},
-           {"nbest": [{"text": "没有"}], "null_diff": 1.0, "p_answerable": 0.6}]
+    raw = [RawScores((SpanCandidate(text, 0, len(text), 1.0, 1.0),), diff, p)
+           for text, diff, p in (("答案", 6.0, 0.4), ("答案", 3.0, 0.9), ("没有", 4.0, 0.2), ("没有", 1.0, 0.6))]
     both = tune_on_raw(raw, exs, rule="both")
     assert both["dev_f1"] == pytest.approx(100.0)
     assert 1.0 <= both["null_threshold"] < 3.0 and 0.2 < both["answerable_threshold"] <= 0.4
@@ -184,7 +182,7 @@ def test_predictor_takes_the_tuned_answer_length_from_the_model():
                  head=HeadConfig(task="span", mrc=MRCSettings(max_answer_length=96)))
     m = build_model(cfg, seed=0)
     m.tokenizer = tok
-    assert MRCPredictor(m).max_answer_length == 96
-    assert MRCPredictor(m, max_answer_length=12).max_answer_length == 12
+    assert MRCPredictor(m).settings.max_answer_length == 96
+    assert MRCPredictor(m, settings_of(m, max_answer_length=12)).settings.max_answer_length == 12
     m.config.head = HeadConfig(task="span")
-    assert MRCPredictor(m).max_answer_length == MRCSettings.max_answer_length == 64
+    assert MRCPredictor(m).settings.max_answer_length == MRCSettings.max_answer_length == 64

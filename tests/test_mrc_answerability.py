@@ -13,6 +13,7 @@ from bertfam.errors import ConfigError
 from bertfam.tasks.mrc.answerability import (FEATURES, apply, check_model, clean_title, coverage, feature_vector,
                                              fit, lexical_features, probability)
 from bertfam.tasks.mrc.crossval import tune_out_of_fold
+from bertfam.tasks.mrc.results import RawScores, SpanCandidate
 
 
 @pytest.mark.parametrize("title,want", [
@@ -45,8 +46,8 @@ def test_lexical_features_zero_the_title_terms_without_a_title():
 
 
 def _raw(text, diff, p=0.5, prob=0.6):
-    nbest = [{"text": text, "start": 0, "end": len(text), "score": diff, "prob": prob}] if text else []
-    return {"nbest": nbest, "null_diff": diff if text else -math.inf, "p_answerable": p, "relevance": None}
+    nbest = (SpanCandidate(text, 0, len(text), diff, prob),) if text else ()
+    return RawScores(nbest, diff if text else -math.inf, p)
 
 
 def test_feature_vector_of_a_question_without_a_span():
@@ -82,8 +83,8 @@ def test_fit_learns_the_title_signal_and_gives_a_constant_feature_no_weight():
     assert m.coef[FEATURES.index("relevance")] == 0.0  # no verifier: constant 0, scale 1, no weight
     assert m.coef[FEATURES.index("q_in_title")] > 0
     fused = apply(m, raws, items)
-    assert [r["p_reader"] for r in fused] == [r["p_answerable"] for r in raws]
-    assert [r["p_answerable"] for r in fused] == pytest.approx(p.tolist())
+    assert [r.p_reader for r in fused] == [r.p_answerable for r in raws]
+    assert [r.p_answerable for r in fused] == pytest.approx(p.tolist())
     with pytest.raises(ConfigError, match="answerable and unanswerable"):
         fit(raws[::2], items[::2], y[::2])
 
@@ -140,8 +141,8 @@ def test_a_saved_model_is_applied_by_the_predictor(tmp_path):
     no_title, titled = pred.predict_batch([{"question": "中国的首都是哪里？", "passage": "北京是中华人民共和国的首都。"},
                                            {"question": "中国的首都是哪里？", "passage": "北京是中华人民共和国的首都。",
                                             "title": "首都"}], details=True)
-    assert no_title["answerable"] and no_title["p_answerable"] > 0.99
-    assert not titled["answerable"] and titled["p_answerable"] < 0.01
+    assert no_title.answerable and no_title.p_answerable > 0.99 and no_title.p_reader is not None
+    assert not titled.answerable and titled.p_answerable < 0.01
 
 
 def test_a_model_that_weighs_the_verifier_needs_one():

@@ -1,5 +1,7 @@
 """Cross-validation on real MRC questions (bertfam.tasks.mrc.crossval): folds that share no passage, question
 or title; decoding and thresholds chosen out of fold; the bootstrap interval."""
+import dataclasses
+import json
 import math
 import random
 
@@ -11,6 +13,7 @@ from bertfam.errors import ConfigError
 from bertfam.tasks.mrc import NO_ANSWER
 from bertfam.tasks.mrc.crossval import (assign_folds, bootstrap_interval, breakdown, fold_sizes, leaks,
                                         tune_out_of_fold)
+from bertfam.tasks.mrc.results import RawScores, SpanCandidate
 
 
 def _examples(n=120, seed=0):
@@ -65,8 +68,7 @@ def test_folds_refuse_too_few_groups():
 
 
 def _raw(text, diff, p=0.5):
-    return {"nbest": [{"text": text, "start": 0, "end": len(text), "score": diff, "prob": 1.0}], "null_diff": diff,
-            "p_answerable": p, "relevance": None}
+    return RawScores((SpanCandidate(text, 0, len(text), diff, 1.0),), diff, p)
 
 
 def _tuning_case(n=100, seed=0):
@@ -92,9 +94,22 @@ def test_out_of_fold_tuner_picks_the_better_setting_and_scores_each_fold_out_of_
     # every answer follows its own fold's thresholds
     for i, (e, f) in enumerate(zip(exs, folds)):
         c = res["choices"][f]
-        expect = "甲乙丙" if cands["good"][i]["null_diff"] > c["null_threshold"] else NO_ANSWER
+        expect = "甲乙丙" if cands["good"][i].null_diff > c["null_threshold"] else NO_ANSWER
         assert res["answers"][i] == expect
     assert 0.5 < res["f1"].mean() < 1.0 and len(res["em"]) == len(exs)
+
+
+def test_kept_fold_files_load_and_write_back_byte_for_byte():
+    """recipes/mrc_checklist_cv.py keeps each fold's raw scores on disk ({setting: [raw scores per question]},
+    OUT/foldF.raw.json); files written when raw scores were plain dicts load into RawScores and write back
+    the same bytes."""
+    kept = ('{"none/8": [{"nbest": [{"text": "甲乙丙", "start": 0, "end": 3, "score": 1.25, "prob": 1.0}], '
+            '"null_diff": 0.75, "p_answerable": 0.5, "relevance": null}, '
+            '{"nbest": [], "null_diff": -Infinity, "p_answerable": null, "relevance": 0.25}]}')
+    raws = {k: [RawScores.from_dict(r, "fold0.raw.json") for r in v] for k, v in json.loads(kept).items()}
+    assert raws["none/8"][0].best == SpanCandidate("甲乙丙", 0, 3, 1.25, 1.0)
+    assert raws["none/8"][1].null_diff == -math.inf and raws["none/8"][1].relevance == 0.25
+    assert json.dumps({k: [r.to_dict() for r in v] for k, v in raws.items()}, ensure_ascii=False) == kept
 
 
 def test_a_folds_own_predictions_never_choose_its_thresholds():
@@ -102,7 +117,7 @@ def test_a_folds_own_predictions_never_choose_its_thresholds():
     folds = [i % 4 for i in range(len(exs))]
     before = tune_out_of_fold(cands, exs, folds, rules=("null",))
     # make fold 0's unanswerable questions look answerable: only the other folds' choices may move
-    moved = {k: [dict(r, null_diff=r["null_diff"] + 5) if folds[i] == 0 and exs[i].is_impossible else r
+    moved = {k: [dataclasses.replace(r, null_diff=r.null_diff + 5) if folds[i] == 0 and exs[i].is_impossible else r
                  for i, r in enumerate(v)] for k, v in cands.items()}
     after = tune_out_of_fold(moved, exs, folds, rules=("null",))
     assert after["choices"][0]["null_threshold"] == before["choices"][0]["null_threshold"]

@@ -5,7 +5,7 @@ import pytest
 
 from bertfam.config import MRCSettings
 from bertfam.errors import ConfigError
-from bertfam.tasks.mrc.decoding import coverage, decode
+from bertfam.tasks.mrc.decoding import coverage, decode, decode_with
 
 
 class _W:
@@ -38,13 +38,16 @@ def test_the_penalty_moves_the_answer_off_the_question_words():
     a, b = passage.index("中华人民共和国的首都"), passage.index("。")
     ws = _windows(passage, [(a, b, 6.0), (1, 3, 4.0)])
     plain = decode(ws, passage, n_best=5, max_answer_length=20)
-    assert plain["nbest"][0]["text"] == "中华人民共和国的首都"
+    assert plain.best.text == "中华人民共和国的首都"
     fixed = decode(ws, passage, n_best=5, max_answer_length=20, question=q, overlap_penalty=5.0)
-    assert fixed["nbest"][0]["text"] == "北京"
-    assert fixed["nbest"][0]["score"] == pytest.approx(4.0)  # 北京 shares no character with the question
+    assert fixed.best.text == "北京"
+    assert fixed.best.score == pytest.approx(4.0)  # 北京 shares no character with the question
     weak = decode(ws, passage, n_best=5, max_answer_length=20, question=q, overlap_penalty=2.0)
-    assert weak["nbest"][0]["text"] == "中华人民共和国的首都"  # 6 - 2 x 0.5 > 4
-    assert decode(ws, passage, 5, 20, question="", overlap_penalty=5.0)["nbest"][0]["text"] == "中华人民共和国的首都"
+    assert weak.best.text == "中华人民共和国的首都"  # 6 - 2 x 0.5 > 4
+    assert decode(ws, passage, 5, 20, question="", overlap_penalty=5.0).best.text == "中华人民共和国的首都"
+    # decode_with takes the penalty (and the rest) from a model's settings
+    s = MRCSettings(n_best=5, max_answer_length=20, question_overlap_penalty=5.0)
+    assert decode_with(s, ws, passage, q) == fixed
 
 
 def test_the_setting_is_checked_and_applied_by_the_predictor(tmp_path):
@@ -65,8 +68,8 @@ def test_the_setting_is_checked_and_applied_by_the_predictor(tmp_path):
                                      mrc=MRCSettings(max_length=64, doc_stride=32, question_overlap_penalty=q)))
         bertfam.build_model(cfg, seed=0).save_pretrained(str(tmp_path / f"m{q}"), tokenizer=tok)
         pred = MRCPredictor(bertfam.from_pretrained(str(tmp_path / f"m{q}")))
-        assert pred.question_overlap_penalty == q
-        scores[q] = pred.predict_batch([item], details=True)[0]["nbest"]
+        assert pred.settings.question_overlap_penalty == q
+        scores[q] = pred.predict_batch([item], details=True)[0].nbest
     # the same random model: a heavy penalty ranks spans by their share of question characters first
-    share = [coverage(c["text"], item["question"]) for c in scores[50.0]]
-    assert share[0] == min(coverage(c["text"], item["question"]) for c in scores[0.0])
+    share = [coverage(c.text, item["question"]) for c in scores[50.0]]
+    assert share[0] == min(coverage(c.text, item["question"]) for c in scores[0.0])

@@ -1,5 +1,6 @@
 """MRC decoding across windows, the MRCPredictor contract, threshold tuning, ensembles, and the CLI
 end to end (tiny random model: train a few steps -> predict -> evaluate -> ensemble/compare -> ask)."""
+import dataclasses
 import json
 import math
 import os
@@ -15,7 +16,8 @@ from bertfam.cli import main
 from bertfam.config import MRCSettings
 from bertfam.data.mrc import MRCAnswer, MRCExample
 from bertfam.data.mrc_windows import Window
-from bertfam.tasks.mrc import MRCPredictor, VotingEnsemble, decode, tune_thresholds
+from bertfam.tasks.mrc import (MRCPrediction, MRCPredictor, RawScores, VotingEnsemble, decode, settings_of,
+                               tune_thresholds)
 
 from .conftest import FIXTURES, ZH_VOCAB
 
@@ -47,41 +49,42 @@ def test_decode_picks_best_span_across_windows():
     s1 = np.array([1.0, 3.0, 0, 0, 0, -9]); e1 = np.array([2.0, 0, 3.0, 0, 0, -9])  # noqa: E702
     s2 = np.array([0.5, 0, 4.0, 0, 0, -9]); e2 = np.array([0.5, 0, 0, 0, 3.5, -9])  # noqa: E702
     r = decode([(w1, s1, e1, 0.3), (w2, s2, e2, 0.8)], passage, n_best=5, max_answer_length=10)
-    best = r["nbest"][0]
-    assert (best["text"], best["start"], best["end"], best["score"]) == ("戊己庚", 4, 7, 7.5)
-    assert r["null_diff"] == pytest.approx(7.5 - 1.0)  # min null score over windows: w2's 0.5 + 0.5
-    assert r["p_answerable"] == 0.8  # max over windows
-    assert sum(c["prob"] for c in r["nbest"]) == pytest.approx(1.0)
-    assert all(c["end"] >= c["start"] for c in r["nbest"])
+    best = r.best
+    assert (best.text, best.start, best.end, best.score) == ("戊己庚", 4, 7, 7.5)
+    assert r.null_diff == pytest.approx(7.5 - 1.0)  # min null score over windows: w2's 0.5 + 0.5
+    assert r.p_answerable == 0.8  # max over windows
+    assert sum(c.prob for c in r.nbest) == pytest.approx(1.0)
+    assert all(c.end >= c.start for c in r.nbest)
     # max_answer_length (tokens) rules the long span out
     r = decode([(w2, s2, e2, 0.8)], passage, n_best=5, max_answer_length=2)
-    assert all(c["end"] - c["start"] <= 2 for c in r["nbest"])
-    assert r["nbest"][0]["text"] != "戊己庚"
+    assert all(c.end - c.start <= 2 for c in r.nbest)
+    assert r.best.text != "戊己庚"
 
 
 def test_decode_merges_duplicate_spans_from_overlapping_windows():
     w = _win([None, (0, 1), (1, 2), None])
     s = np.array([0, 2.0, 0, -9]); e = np.array([0, 0, 2.0, -9])  # noqa: E702
     r = decode([(w, s, e, None), (w, s + 1, e, None)], "甲乙", n_best=10, max_answer_length=5)
-    spans = [(c["start"], c["end"]) for c in r["nbest"]]
-    assert len(spans) == len(set(spans)) and r["nbest"][0]["score"] == 5.0 and r["p_answerable"] is None
+    spans = [(c.start, c.end) for c in r.nbest]
+    assert len(spans) == len(set(spans)) and r.best.score == 5.0 and r.p_answerable is None
 
 
 # ------------------------------------------------------------------ predictor contract
 def test_predictor_contract_and_offsets(tok):
     m = tiny_span_model(tok)
-    pred = MRCPredictor(m, max_length=48, doc_stride=16, null_threshold=-1e9, answerable_threshold=0.0)
+    pred = MRCPredictor(m, settings_of(m, max_length=48, doc_stride=16, null_threshold=-1e9,
+                                       answerable_threshold=0.0))
     passage = "华为Mate 40 Pro于2020年10月发布，售价６９９９元。" * 4
     r = pred.predict("华为什么时候发布？", passage, "华为")
-    assert set(r) == {"answer", "start", "end", "score", "answerable"}
-    assert r["answerable"] and passage[r["start"]:r["end"]] == r["answer"] and 0 <= r["score"] <= 1
+    assert isinstance(r, MRCPrediction) and set(r.to_dict()) == {"answer", "start", "end", "score", "answerable"}
+    assert r.answerable and passage[r.start:r.end] == r.answer and 0 <= r.score <= 1
     out = pred.predict_batch([{"question": "q", "passage": ""}, {"question": " ", "passage": passage},
                               {"question": "发布", "passage": passage, "title": None}])
-    assert [o["answerable"] for o in out] == [False, False, True]
-    assert out[0] == {"answer": None, "start": None, "end": None, "score": 1.0, "answerable": False}
+    assert [o.answerable for o in out] == [False, False, True]
+    assert out[0].to_dict() == {"answer": None, "start": None, "end": None, "score": 1.0, "answerable": False}
     # thresholds come from the model's config by default
     m.config.head.mrc = MRCSettings(null_threshold=1e9, answerable_threshold=0.5)
-    assert MRCPredictor(m).predict("发布", passage)["answerable"] is False
+    assert MRCPredictor(m).predict("发布", passage).answerable is False
     with pytest.raises(Exception, match="question must be a string"):
         pred.predict_batch([{"question": 3, "passage": "x"}])
 
@@ -90,13 +93,14 @@ def test_logit_ensemble_averages_and_equals_single_for_copies(tok):
     m1, m2 = tiny_span_model(tok, 1), tiny_span_model(tok, 2)
     kw = dict(max_length=48, doc_stride=16, null_threshold=-1e9, answerable_threshold=0.0)
     item = [{"question": "价格", "passage": "售价６９９９元，华为于2020年发布。"}]
-    one = MRCPredictor(m1, **kw).predict_batch(item, details=True)[0]
-    twice = MRCPredictor([m1, m1], **kw).predict_batch(item, details=True)[0]
-    assert twice["answer"] == one["answer"] and twice["p_answerable"] == pytest.approx(one["p_answerable"])
-    p1 = one["p_answerable"]
-    p2 = MRCPredictor(m2, **kw).predict_batch(item, details=True)[0]["p_answerable"]
-    both = MRCPredictor([m1, m2], **kw).predict_batch(item, details=True)[0]
-    assert both["p_answerable"] == pytest.approx((p1 + p2) / 2, abs=1e-6)
+
+    def run(models):
+        return MRCPredictor(models, settings_of(models, **kw)).predict_batch(item, details=True)[0]
+
+    one, twice = run(m1), run([m1, m1])
+    assert twice.answer == one.answer and twice.p_answerable == pytest.approx(one.p_answerable)
+    p1, p2 = one.p_answerable, run(m2).p_answerable
+    assert run([m1, m2]).p_answerable == pytest.approx((p1 + p2) / 2, abs=1e-6)
 
 
 class _Fixed:
@@ -104,26 +108,29 @@ class _Fixed:
         self.answers = answers
 
     def predict_batch(self, items, details=False):
-        return [dict(a) for a in self.answers]
+        return list(self.answers)
 
 
 def _ans(text, score):
     if text is None:
-        return {"answer": None, "start": None, "end": None, "score": score, "answerable": False}
-    return {"answer": text, "start": 0, "end": len(text), "score": score, "answerable": True}
+        return MRCPrediction(None, None, None, score, False)
+    return MRCPrediction(text, 0, len(text), score, True)
 
 
 def test_voting_ensemble_sums_scores_of_normalised_answers():
     v = VotingEnsemble([_Fixed([_ans("《北京》", 0.4)]), _Fixed([_ans("北京", 0.3)]), _Fixed([_ans(None, 0.6)])])
     r = v.predict("q", "p")
-    assert r["answer"] == "《北京》" and r["score"] == pytest.approx(0.7 / 3)  # 0.4 + 0.3 beats 0.6
+    assert r.answer == "《北京》" and r.score == pytest.approx(0.7 / 3)  # 0.4 + 0.3 beats 0.6
+    assert r.votes is None and set(r.to_dict()) == {"answer", "start", "end", "score", "answerable"}
+    votes = v.predict_batch([{"question": "q", "passage": "p"}], details=True)[0].to_dict()["votes"]
+    assert votes == pytest.approx({"北京": 0.7, "\0none": 0.6})
     v = VotingEnsemble([_Fixed([_ans("北京", 0.2)]), _Fixed([_ans(None, 0.9)])])
-    assert v.predict("q", "p")["answerable"] is False
+    assert v.predict("q", "p").answerable is False
 
 
 class _RawStub:
     has_answerability = True
-    null_threshold, answerable_threshold = 0.0, 0.5
+    settings = MRCSettings(null_threshold=0.0, answerable_threshold=0.5)
 
     def __init__(self, raws):
         self.raws = raws
@@ -138,8 +145,8 @@ def test_tune_thresholds_finds_a_separating_pair():
            MRCExample("c", "q", "广州", is_impossible=True), MRCExample("d", "q", "深圳", is_impossible=True)]
 
     def raw(text, diff, p):
-        return {"nbest": [{"text": text, "start": 0, "end": 2, "score": 1.0, "prob": 1.0}], "null_diff": diff,
-                "p_answerable": p}
+        return RawScores.from_dict({"nbest": [{"text": text, "start": 0, "end": 2, "score": 1.0, "prob": 1.0}],
+                                    "null_diff": diff, "p_answerable": p})
 
     # the answerable ones have a LOWER null diff than the unanswerable ones but a higher P(answerable):
     # the default rule (diff > 0 and p >= 0.5) wrongly answers c; only the probability separates them
@@ -190,6 +197,7 @@ def test_cli_train_predict_evaluate_ensemble_compare_ask(tmp_path, capsys):
     data = json.load(open(dev))
     ctx = {q["id"]: p["context"] for d in data["data"] for p in d["paragraphs"] for q in p["qas"]}
     for qid, n in nbest.items():
+        assert list(n) == ["answerable", "answer", "start", "end", "score", "p_answerable", "null_diff", "nbest"]
         assert preds[qid] == (n["answer"] if n["answerable"] else "no answer")
         for c in n["nbest"]:
             assert ctx[qid][c["start"]:c["end"]] == c["text"]
@@ -263,10 +271,11 @@ def test_models_with_different_tokenizers_fall_back_to_voting(tok):
                                                                   "甲", "乙"])}))
     m1, m2 = tiny_span_model(tok), tiny_span_model(tok, 3)
     m2.tokenizer = small
-    ens = predictor_from_models([m1, m2], ["a", "b"], max_length=48)
+    ens = predictor_from_models([m1, m2], ["a", "b"], overrides={"max_length": 48})
     assert isinstance(ens, VotingEnsemble)
+    assert [p.settings.max_length for p in ens.predictors] == [48, 48]
     r = ens.predict("甲", "甲乙甲乙")
-    assert set(r) >= {"answer", "start", "end", "score", "answerable"}
+    assert set(r.to_dict()) == {"answer", "start", "end", "score", "answerable"}
     with pytest.raises(ConfigError, match="share a tokenizer"):
         predictor_from_models([m1, m2], ["a", "b"], mode="average")
     assert isinstance(predictor_from_models([m1, m1], ["a", "a"]), MRCPredictor)
@@ -277,8 +286,8 @@ def test_decode_lists_each_answer_text_once():
     w = _win([None, (0, 1), (1, 2), (2, 3), (3, 4), None])
     s = np.array([0, 3.0, 0, 2.0, 0, -9]); e = np.array([0, 0, 3.0, 0, 2.0, -9])  # noqa: E702
     r = decode([(w, s, e, None)], passage, n_best=10, max_answer_length=2)
-    texts = [c["text"] for c in r["nbest"]]
-    assert len(texts) == len(set(texts)) and (r["nbest"][0]["start"], r["nbest"][0]["end"]) == (0, 2)
+    texts = [c.text for c in r.nbest]
+    assert len(texts) == len(set(texts)) and (r.best.start, r.best.end) == (0, 2)
 
 
 def test_window_logits_cut_each_window_to_its_tokens():
@@ -332,3 +341,65 @@ def test_training_a_model_whose_verifier_is_missing_scores_the_reader_alone(tok,
     assert "written without it" in said[1]
     # the trained model still names it: build-verifier can build it there, and predicting says what is missing
     assert bertfam.from_pretrained(str(tmp_path / "run")).config.head.mrc_settings.verifier == "verifier"
+
+
+# ------------------------------------------------------------------ settings and typed results
+def test_a_settings_override_changes_the_given_field_and_keeps_the_rest(tok):
+    from bertfam.runners.mrc import MRCPredictorOptions
+
+    m = tiny_span_model(tok)
+    m.config.head.mrc = MRCSettings(max_length=96, doc_stride=24, n_best=7, null_threshold=1.5,
+                                    answer_extension="clause")
+    s = settings_of(m, max_answer_length=30)
+    assert s == dataclasses.replace(m.config.head.mrc, max_answer_length=30)
+    assert MRCPredictor(m, s).settings == s
+    assert MRCPredictor(m).settings == m.config.head.mrc  # None: the model's own
+    # an ensemble: the first model's windows and decoding, the members' mean thresholds
+    m2 = tiny_span_model(tok, 2)
+    m2.config.head.mrc = MRCSettings(max_length=64, null_threshold=0.5, answerable_threshold=0.25)
+    both = MRCPredictor([m, m2]).settings
+    assert (both.max_length, both.n_best, both.null_threshold, both.answerable_threshold) == (96, 7, 1.0, 0.375)
+    # the windows are cut to the model's positions
+    assert MRCPredictor(m, settings_of(m, max_length=4096)).settings.max_length == m.config.max_sequence_length
+    # the commands' options are overrides of the fields they give
+    kw = MRCPredictorOptions(max_answer_length=30, verifier=False).predictor_kw()
+    assert kw == {"overrides": {"max_answer_length": 30}, "verifier": False, "batch_size": 32, "int8": False}
+
+
+def test_typed_results_give_the_json_shapes_of_before(tok):
+    m = tiny_span_model(tok)
+    pred = MRCPredictor(m, settings_of(m, max_length=48, doc_stride=16, null_threshold=-1e9, answerable_threshold=0.0))
+    item = {"question": "价格", "passage": "售价６９９９元，华为于2020年发布。"}
+    plain, detailed = pred.predict_batch([item])[0], pred.predict_batch([item], details=True)[0]
+    assert list(plain.to_dict()) == ["answer", "start", "end", "score", "answerable"]
+    d = detailed.to_dict()
+    assert list(d) == ["answer", "start", "end", "score", "answerable", "nbest", "null_diff", "p_answerable",
+                       "relevance"]
+    assert list(d["nbest"][0]) == ["text", "start", "end", "score", "prob"] and d["answer"] == d["nbest"][0]["text"]
+    blank = pred.predict_batch([{"question": " ", "passage": "x"}], details=True)[0].to_dict()
+    assert blank == {"answer": None, "start": None, "end": None, "score": 1.0, "answerable": False, "nbest": [],
+                     "null_diff": -math.inf, "p_answerable": None, "relevance": None}
+    raw = pred.raw_scores([item])[0]
+    assert list(raw.to_dict()) == ["nbest", "null_diff", "p_answerable", "relevance"]
+    assert RawScores.from_dict(json.loads(json.dumps(raw.to_dict()))) == raw  # as kept fold files are read back
+    assert pred.decide(raw, details=True) == detailed
+
+
+def test_a_bad_setting_is_one_config_error_line(tok):
+    from bertfam import ConfigError, DataError
+
+    m = tiny_span_model(tok)
+    cases = [(lambda: settings_of(m, max_answer_length=0), "head.mrc.max_answer_length must be a positive integer"),
+             (lambda: settings_of(m, answer_extension="word"), "head.mrc.answer_extension must be one of"),
+             (lambda: settings_of(m, max_answer_len=30), r"head.mrc: unknown field\(s\) max_answer_len"),
+             (lambda: MRCPredictor(m, {"max_length": 64}), "MRCPredictor: settings must be an MRCSettings")]
+    for make, message in cases:
+        with pytest.raises(ConfigError, match="^" + message) as e:
+            make()
+        assert "\n" not in str(e.value)
+    bad = settings_of(m)
+    bad.n_best = -1  # set after construction: the predictor checks its settings again
+    with pytest.raises(ConfigError, match=r"^head.mrc.n_best must be a positive integer, got -1$"):
+        MRCPredictor(m, bad)
+    with pytest.raises(DataError, match="^kept.json: not MRC raw scores"):
+        RawScores.from_dict({"nbest": []}, "kept.json")

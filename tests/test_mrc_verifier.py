@@ -1,6 +1,7 @@
 """MRC answer extension (clause / sentence), the question-passage verifier (CosineVerifier, PairVerifier) as a third
 no-answer test, its settings in head.mrc, threshold tuning with it, the verifier travelling with the model
 directory, and similar-passage negatives restricted to other questions."""
+import dataclasses
 import json
 import os
 
@@ -13,7 +14,8 @@ from bertfam.config import MRCSettings
 from bertfam.data.mrc import MRCAnswer, MRCExample
 from bertfam.data.mrc_negatives import similar_passage_negatives
 from bertfam.data.mrc_windows import Window
-from bertfam.tasks.mrc import MRCPredictor, answered, decode, save_thresholds, tune_on_raw
+from bertfam.tasks.mrc import (MRCPredictor, RawScores, SpanCandidate, answered, decode, save_thresholds,
+                               settings_of, tune_on_raw)
 from bertfam.tasks.mrc.decoding import extend_span
 from bertfam.tasks.mrc.verifier import CosineVerifier, PairVerifier, Verifier, load_verifier, verifier_for
 
@@ -55,8 +57,8 @@ def test_decode_with_trim_merges_spans_cut_to_one_text():
     start[4] = 5.0  # 丙
     end[5], end[10] = 4.0, 6.0  # 丁, 庚 (past 。)
     out = decode([(w, start, end, None)], P, n_best=2, max_answer_length=12, extend="trim")
-    assert out["nbest"][0]["text"] == "丙丁" and out["nbest"][0]["score"] == 11.0
-    assert [c["text"] for c in out["nbest"]].count("丙丁") == 1
+    assert out.best.text == "丙丁" and out.best.score == 11.0
+    assert [c.text for c in out.nbest].count("丙丁") == 1
 
 
 def test_extend_span_leading_spaces_and_newlines():
@@ -72,25 +74,29 @@ def test_decode_with_extension_merges_spans_widening_to_one_text():
     start[4], start[5] = 5.0, 4.0  # 丙, 丁 (token i + 1 is char i)
     end[4], end[5] = 3.0, 5.0
     plain = decode([(w, start, end, None)], P, n_best=2, max_answer_length=10)
-    assert [(c["text"], c["score"]) for c in plain["nbest"]] == [("丙丁", 10.0), ("丁", 9.0)]
+    assert [(c.text, c.score) for c in plain.nbest] == [("丙丁", 10.0), ("丁", 9.0)]
     ext = decode([(w, start, end, None)], P, n_best=2, max_answer_length=10, extend="clause")
-    assert [(c["text"], c["start"], c["end"], c["score"], c["prob"]) for c in ext["nbest"]] == \
-        [("丙丁", 3, 5, 10.0, 1.0)]  # 丙, 丁 and 丙丁 all widen to the clause: listed once
+    assert ext.nbest == (SpanCandidate("丙丁", 3, 5, 10.0, 1.0),)  # 丙, 丁 and 丙丁 all widen to the clause: once
     sent = decode([(w, start, end, None)], P, n_best=2, max_answer_length=10, extend="sentence")
-    assert [c["text"] for c in sent["nbest"]] == ["甲乙，丙丁"] and sent["relevance"] is None
+    assert [c.text for c in sent.nbest] == ["甲乙，丙丁"] and sent.relevance is None
+
+
+def _raw(text, null_diff, p, relevance=None):
+    """One question's raw scores with one span (`text`)."""
+    return RawScores((SpanCandidate(text, 0, len(text), 1.0, 1.0),), null_diff, p, relevance)
 
 
 def test_answered_with_relevance():
-    raw = {"nbest": [{"text": "x"}], "null_diff": 1.0, "p_answerable": 0.9}
+    raw = _raw("x", 1.0, 0.9)
+    with_rel = lambda **kw: dataclasses.replace(raw, **kw)  # noqa: E731
     assert answered(raw, 0.0, 0.5, 0.5)  # no relevance: the verifier test is skipped
-    assert answered(dict(raw, relevance=None), 0.0, 0.5, 0.5)
-    assert not answered(dict(raw, relevance=0.3), 0.0, 0.5, 0.5)
-    assert answered(dict(raw, relevance=0.5), 0.0, 0.5, 0.5)  # at the threshold passes
-    assert answered(dict(raw, relevance=0.3), 0.0, 0.5)  # no verifier threshold
-    assert answered(dict(raw, relevance=0.3), 0.0, 0.5, None)
-    assert not answered(dict(raw, relevance=0.9), 2.0, 0.5, 0.5)  # the null rule still holds
-    assert not answered(dict(raw, relevance=0.9, p_answerable=0.1), 0.0, 0.5, 0.5)
-    assert not answered(dict(raw, nbest=[], relevance=0.9), 0.0, 0.5, 0.5)
+    assert not answered(with_rel(relevance=0.3), 0.0, 0.5, 0.5)
+    assert answered(with_rel(relevance=0.5), 0.0, 0.5, 0.5)  # at the threshold passes
+    assert answered(with_rel(relevance=0.3), 0.0, 0.5)  # no verifier threshold
+    assert answered(with_rel(relevance=0.3), 0.0, 0.5, None)
+    assert not answered(with_rel(relevance=0.9), 2.0, 0.5, 0.5)  # the null rule still holds
+    assert not answered(with_rel(relevance=0.9, p_answerable=0.1), 0.0, 0.5, 0.5)
+    assert not answered(with_rel(nbest=(), relevance=0.9), 0.0, 0.5, 0.5)
 
 
 @pytest.mark.parametrize("kw,field", [({"answer_extension": "paragraph"}, "answer_extension"),
@@ -117,10 +123,8 @@ def _tuning_case():
            MRCExample("b2", "q", "没有", is_impossible=True)]
     # the null diff and the classifier rank the unanswerable ones ABOVE the answerable ones; only the
     # verifier's relevance separates them
-    raw = [{"nbest": [{"text": "答案"}], "null_diff": 1.0, "p_answerable": 0.3, "relevance": 0.8},
-           {"nbest": [{"text": "答案"}], "null_diff": 2.0, "p_answerable": 0.2, "relevance": 0.7},
-           {"nbest": [{"text": "没有"}], "null_diff": 5.0, "p_answerable": 0.9, "relevance": 0.2},
-           {"nbest": [{"text": "没有"}], "null_diff": 6.0, "p_answerable": 0.8, "relevance": 0.1}]
+    raw = [_raw("答案", 1.0, 0.3, 0.8), _raw("答案", 2.0, 0.2, 0.7), _raw("没有", 5.0, 0.9, 0.2),
+           _raw("没有", 6.0, 0.8, 0.1)]
     return exs, raw
 
 
@@ -140,13 +144,10 @@ def test_tune_on_raw_verifier_rules(rule):
 
 def test_tune_on_raw_verifier_rules_need_relevance():
     exs, raw = _tuning_case()
-    raw[2] = {k: v for k, v in raw[2].items() if k != "relevance"}
+    raw[2] = dataclasses.replace(raw[2], relevance=None)
     for rule in ("verifier", "all"):
         with pytest.raises(ConfigError, match="relevance"):
             tune_on_raw(raw, exs, rule=rule)
-    raw[1]["relevance"] = None
-    with pytest.raises(ConfigError, match="relevance"):
-        tune_on_raw(raw, exs, rule="verifier")
     assert tune_on_raw(raw, exs, rule="null")["verifier_threshold"] == -1.0  # rules without it do not care
 
 
@@ -195,22 +196,23 @@ def test_verifier_travels_with_the_model_directory(tok, tmp_path):
     assert (mrc["verifier"], mrc["verifier_threshold"], mrc["answer_extension"]) == ("verifier", 0.25, "clause")
     m = bertfam.from_pretrained(d)
     assert m.name_or_path == d
-    pred = MRCPredictor(m, max_length=64, doc_stride=16)
-    assert isinstance(pred.verifier, CosineVerifier) and pred.verifier_threshold == 0.25
-    assert pred.answer_extension == "clause"
+    windows = settings_of(m, max_length=64, doc_stride=16)
+    pred = MRCPredictor(m, windows)
+    assert isinstance(pred.verifier, CosineVerifier) and pred.settings.verifier_threshold == 0.25
+    assert pred.settings.answer_extension == "clause"
     rel = pred.relevance(ITEMS)
     assert rel.shape == (3,) and np.all(np.abs(rel) < 1.0)
-    kw = dict(max_length=64, doc_stride=16, null_threshold=-1e9, answerable_threshold=0.0)
-    assert [r["answerable"] for r in MRCPredictor(m, **kw).predict_batch(ITEMS)] == [True] * 3
-    strict = MRCPredictor(m, verifier_threshold=1.0, **kw).predict_batch(ITEMS, details=True)
-    assert [r["answerable"] for r in strict] == [False] * 3  # no cosine reaches 1
-    assert [r["relevance"] for r in strict] == pytest.approx(rel.tolist(), abs=1e-6)
+    forced = dataclasses.replace(windows, null_threshold=-1e9, answerable_threshold=0.0)
+    assert [r.answerable for r in MRCPredictor(m, forced).predict_batch(ITEMS)] == [True] * 3
+    strict = MRCPredictor(m, dataclasses.replace(forced, verifier_threshold=1.0)).predict_batch(ITEMS, details=True)
+    assert [r.answerable for r in strict] == [False] * 3  # no cosine reaches 1
+    assert [r.relevance for r in strict] == pytest.approx(rel.tolist(), abs=1e-6)
     # -1 lets all pass: the null / classifier rule alone decides, as without a verifier
-    loose = MRCPredictor(m, max_length=64, doc_stride=16, verifier_threshold=-1.0).predict_batch(ITEMS, details=True)
-    off = MRCPredictor(m, max_length=64, doc_stride=16, verifier=False).predict_batch(ITEMS, details=True)
-    assert [(r["answerable"], r["answer"]) for r in loose] == [(r["answerable"], r["answer"]) for r in off]
-    assert all(r["relevance"] is None for r in off)
-    given = MRCPredictor(m, max_length=64, doc_stride=16, verifier=os.path.join(d, "verifier"))
+    loose = MRCPredictor(m, dataclasses.replace(windows, verifier_threshold=-1.0)).predict_batch(ITEMS, details=True)
+    off = MRCPredictor(m, windows, verifier=False).predict_batch(ITEMS, details=True)
+    assert [(r.answerable, r.answer) for r in loose] == [(r.answerable, r.answer) for r in off]
+    assert all(r.relevance is None for r in off)
+    given = MRCPredictor(m, windows, verifier=os.path.join(d, "verifier"))
     assert np.allclose(given.relevance(ITEMS), rel, atol=1e-6)
     assert MRCPredictor(m, verifier=False).relevance(ITEMS) is None
     # save_pretrained copies the verifier directory along, and its fine-tuned delta where there is one

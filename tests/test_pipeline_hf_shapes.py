@@ -7,6 +7,8 @@ transformers 5 removed its question-answering pipeline; the question-answering s
 documented ({score, start, end, answer}, "" for no answer with handle_impossible_answer)."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -145,7 +147,7 @@ def test_question_answering_top_k_lists_the_best_spans_best_first(hf_dirs):
     qa = pipeline("question-answering", hf_dirs["qa"])
     q, c = "谁在北京？", "李明在北京大学读书，王芳在上海工作。"
     for forced, null in (("answered", -math.inf), ("declined", math.inf)):
-        qa.inner.null_threshold, qa.inner.answerable_threshold = null, 0.0
+        qa.inner.settings = dataclasses.replace(qa.inner.settings, null_threshold=null, answerable_threshold=0.0)
         one = qa(question=q, context=c)
         top = qa(question=q, context=c, top_k=3)
         assert isinstance(top, list) and len(top) == 3 and top[0] == one, forced

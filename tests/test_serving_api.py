@@ -132,7 +132,7 @@ def _assert_span_in(passage: str, a: dict) -> None:
 
 
 def test_mrc_single_batch_and_long_passage_match_the_mrc_predictor(client, service):
-    from bertfam.tasks.mrc import MRCPredictor
+    from bertfam.tasks.mrc import MRCPredictor, settings_of
 
     r = client.post("/v1/mrc", json={"question": "中国的首都是哪里？", "passage": PASSAGE, "title": "北京"})
     assert r.status_code == 200
@@ -144,11 +144,12 @@ def test_mrc_single_batch_and_long_passage_match_the_mrc_predictor(client, servi
     batch = client.post("/v1/mrc", json=items).json()
     assert isinstance(batch, list) and len(batch) == 2
     # the service adds no decoding of its own: same answers as the MRC predictor called directly
-    direct = MRCPredictor(model_of(service, "mrc"), max_length=128, doc_stride=64).predict_batch(items)
+    model = model_of(service, "mrc")
+    direct = MRCPredictor(model, settings_of(model, max_length=128, doc_stride=64)).predict_batch(items)
     for got, want in zip(batch, direct):
         assert (got["answer"], got["start"], got["end"], got["answerable"]) == \
-            (want["answer"], want["start"], want["end"], want["answerable"])
-        assert got["score"] == pytest.approx(want["score"], rel=1e-4, abs=1e-6)
+            (want.answer, want.start, want.end, want.answerable)
+        assert got["score"] == pytest.approx(want.score, rel=1e-4, abs=1e-6)
     for item, got in zip(items, batch):  # offsets index the passage, whichever window answered
         _assert_span_in(item["passage"], got)
 

@@ -1,6 +1,7 @@
 """Typed task settings on the head (head.mrc: MRCSettings, head.finetune: FinetuneSettings) instead of the old
 free-form head.extra (tests/test_upgrade.py: `bertfam upgrade` rewrites it), each default defined once;
 provenance in training_info.json beside config.json."""
+import dataclasses
 import inspect
 import json
 import os
@@ -58,15 +59,14 @@ def test_mrc_defaults_are_defined_once():
     assert m.config.head.mrc is None
     p = mrc.MRCPredictor(m)
     D = MRCSettings()
-    assert (p.doc_stride, p.max_answer_length, p.n_best, p.max_query_length, p.use_title, p.null_threshold,
-            p.answerable_threshold) == (D.doc_stride, D.max_answer_length, D.n_best, D.max_query_length,
-                                        D.use_title, D.null_threshold, D.answerable_threshold)
-    assert p.max_length == min(D.max_length, 128)  # clamped to the model's positions
+    assert p.settings == dataclasses.replace(D, max_length=min(D.max_length, 128))  # clamped to the positions
     sig = inspect.signature(mrc.train_mrc).parameters
     assert (sig["max_length"].default, sig["doc_stride"].default, sig["max_query_length"].default) == \
         (D.max_length, D.doc_stride, D.max_query_length)
-    assert all(v.default is None for k, v in inspect.signature(mrc.MRCPredictor).parameters.items()
-               if k not in ("model", "tokenizer", "batch_size", "int8", "optimize"))  # how to run, not head.mrc settings
+    # the predictor's settings are one MRCSettings (None: the model's); its other arguments say how to run
+    params = inspect.signature(mrc.MRCPredictor).parameters
+    assert list(params) == ["models", "settings", "verifier", "batch_size", "int8", "optimize"]
+    assert params["settings"].default is None
     # no second literal of a default in the modules that use them
     import importlib
 
@@ -81,10 +81,10 @@ def test_mrc_pipeline_uses_the_models_windows_else_the_defaults():
     m = build_model(_span_cfg(), seed=0)
     m.tokenizer = Tokenizer.from_vocab(ZH_VOCAB)
     pipe = bertfam.pipeline("mrc", m)
-    assert (pipe.inner.max_length, pipe.inner.doc_stride) == (128, min(MRCSettings.doc_stride, 64))
+    assert (pipe.inner.settings.max_length, pipe.inner.settings.doc_stride) == (128, min(MRCSettings.doc_stride, 64))
     m.config.head.mrc = MRCSettings(max_length=96, doc_stride=32)
     pipe = bertfam.pipeline("mrc", m)
-    assert (pipe.inner.max_length, pipe.inner.doc_stride) == (96, 32)
+    assert (pipe.inner.settings.max_length, pipe.inner.settings.doc_stride) == (96, 32)
 
 
 def test_finetune_defaults_are_defined_once():

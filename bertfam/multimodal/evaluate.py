@@ -108,9 +108,10 @@ def evaluate_video(model, instances: list[dict], masker, pad_id: int, batch_size
 # ---------------------------------------------------------------- fine-tuned tasks
 @torch.no_grad()
 def predict_qa(model, records, tok, max_length: int = 128, doc_stride: int = 32, batch_size: int = 32) -> dict:
-    """{id: best answer text}, decoded as bertfam's MRC decodes (bertfam.tasks.mrc: `window_logits`, then
-    `decode` with the model's head.mrc n-best, answer length and extension, MRCPredictor's defaults)."""
-    from ..tasks.mrc import decode, window_logits
+    """{id: best answer text}, decoded as MRCPredictor decodes (bertfam.tasks.mrc: `window_logits`, then
+    `decode_with` the model's head.mrc). The windows carry the model's features (QACollator), which
+    MRCPredictor's text windows do not, so the forward is this one."""
+    from ..tasks.mrc import decode_with, window_logits
 
     settings = model.config.head.mrc_settings
     examples, mrc = qa_windows(records, tok, max_length, doc_stride, with_labels=False)
@@ -123,9 +124,8 @@ def predict_qa(model, records, tok, max_length: int = 128, doc_stride: int = 32,
             per.setdefault(scored[0].example_index, []).append(scored)
     out = {}
     for k, ex in enumerate(mrc):
-        res = decode(per.get(k, []), ex["context"], settings.n_best, settings.max_answer_length,
-                     settings.answer_extension)
-        out[ex["id"]] = res["nbest"][0]["text"] if res["nbest"] else ""
+        best = decode_with(settings, per.get(k, []), ex["context"]).best  # the question is audio: no text
+        out[ex["id"]] = best.text if best is not None else ""
     return out
 
 

@@ -125,7 +125,7 @@ def mrc_demo(model_dir: str, rows: int = 12, int8: bool = False) -> dict:
     n = model.num_parameters()["total"]
     print(f"model: {model_dir}\n  {model.config.family}, {model.config.num_hidden_layers} layers, hidden "
           f"{model.config.hidden_size}, {n / 1e6:.1f}M parameters{kind}")
-    _print_rule(model, predictor)
+    _print_rule(predictor)
     _print_seed_example(demo, preds, NO_ANSWER)
     shown = hand + demo[: max(0, rows - len(hand))]
     # "top span": the model's best span even when the no-answer rule declined it (what it would have said)
@@ -164,27 +164,28 @@ def mrc_demo(model_dir: str, rows: int = 12, int8: bool = False) -> dict:
     return {"model": model_dir, "questions_per_s": qps, **{k: v for k, v in result.items()}}
 
 
-def _print_rule(model, predictor) -> None:
+def _print_rule(predictor) -> None:
     """The no-answer rule and decoding the demo runs with (the model's tuned head.mrc)."""
     from ..modeling.int8 import is_int8
 
-    fused = predictor.answerability
+    s = predictor.settings
+    fused = s.answerability
     rule = (f"answer iff the fused answerability model ({len(fused.features)} features: the reader's signals"
             f"{', the verifier' if predictor.verifier is not None else ''} and the question's match with title "
-            f"and passage) gives P(answerable) >= {predictor.answerable_threshold:.2f}" if fused is not None else
-            f"null {predictor.null_threshold:.2f}, P(answerable) {predictor.answerable_threshold:.2f}")
+            f"and passage) gives P(answerable) >= {s.answerable_threshold:.2f}" if fused is not None else
+            f"null {s.null_threshold:.2f}, P(answerable) {s.answerable_threshold:.2f}")
     if predictor.verifier is not None:
         v = predictor.verifier.model
         if fused is None:
-            rule += f", verifier relevance {predictor.verifier_threshold:.3f}"
-        print(f"  verifier: {model.config.head.mrc_settings.verifier}/, {v.config.num_hidden_layers} layers, "
+            rule += f", verifier relevance {s.verifier_threshold:.3f}"
+        print(f"  verifier: {s.verifier}/, {v.config.num_hidden_layers} layers, "
               f"{v.num_parameters()['total'] / 1e6:.1f}M parameters{', int8' if is_int8(v) else ''} "
               "(question-passage relevance)")
     print(f"  no-answer rule: {rule}" if fused is not None else f"  no-answer thresholds: {rule}")
-    if predictor.answer_extension == "trim":
+    if s.answer_extension == "trim":
         print("  answers cut at their first sentence end")
-    elif predictor.answer_extension != "none":
-        print(f"  answers widened to their {predictor.answer_extension}")
+    elif s.answer_extension != "none":
+        print(f"  answers widened to their {s.answer_extension}")
     print()
 
 

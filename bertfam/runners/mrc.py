@@ -17,12 +17,12 @@ one function that runs it.
 - `run_mrc_build_verifier(MRCVerifierConfig)`: the question-passage verifier an e5-based model names.
 
 The predicting jobs share `MRCPredictorOptions` (windows, decoding, int8, verifier: a setting left None is the
-model's `head.mrc`, else `config.MRCSettings`' default). Diagnostics while a job runs (what the readers
+model's `head.mrc`, else `config.MRCSettings`' default; those given replace fields of the predictor's
+`MRCSettings`, `tasks.mrc.settings_of`). Diagnostics while a job runs (what the readers
 repaired or dropped, the ensemble's kind) go to stderr; what a job produced is returned.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -68,7 +68,11 @@ class MRCTrainConfig(RunOptions):
 
 @dataclass
 class MRCPredictorOptions:
-    """How the predicting jobs read and decode (None: the model's head.mrc setting, else MRCSettings')."""
+    """How the predicting jobs read and decode (None: the model's head.mrc setting, else MRCSettings'). The
+    first six are MRCSettings fields (`overrides`)."""
+
+    SETTINGS: ClassVar[tuple] = ("max_length", "doc_stride", "max_query_length", "max_answer_length", "n_best",
+                                 "answer_extension")
 
     max_length: Optional[int] = None
     doc_stride: Optional[int] = None
@@ -80,11 +84,14 @@ class MRCPredictorOptions:
     batch_size: int = 32
     int8: bool = False  # run the model(s) in int8 (an int8 checkpoint is int8 anyway)
 
+    def overrides(self) -> dict:
+        """The MRCSettings fields given (the others stay the model's)."""
+        return {k: getattr(self, k) for k in self.SETTINGS if getattr(self, k) is not None}
+
     def predictor_kw(self) -> dict:
-        """The keyword arguments of `tasks.mrc.load_predictor` / `MRCPredictor`."""
-        kw = dataclasses.asdict(self)
-        kw["verifier"] = None if self.verifier else False  # None: the one the model names
-        return kw
+        """The keyword arguments of `tasks.mrc.load_predictor` / `predictor_from_models`."""
+        return {"overrides": self.overrides(), "verifier": None if self.verifier else False,  # None: the model's
+                "batch_size": self.batch_size, "int8": self.int8}
 
 
 @dataclass
@@ -290,8 +297,7 @@ def run_mrc_ask(cfg: MRCAskConfig) -> dict:
             raise ConfigError(f"--{name} is empty; give the {name} to read")
     pred = load_predictor([cfg.model], **cfg.predictor.predictor_kw())
     r = pred.predict(cfg.question, cfg.passage, cfg.title)
-    r["display"] = r["answer"] if r["answerable"] else "无答案"
-    return r
+    return dict(r.to_dict(), display=r.answer if r.answerable else "无答案")
 
 
 def run_mrc_compare(cfg: MRCCompareConfig) -> str:

@@ -16,10 +16,9 @@ def token_counts(predictor: Pipeline, items: list[dict]) -> list[int]:
     """Tokens the model reads for each item (one int per item, in order)."""
     tok, window = predictor.tok, predictor.window
     if isinstance(predictor, MRCPipeline):
-        inner = predictor.inner
+        s = predictor.inner.settings  # the windows the pipeline's MRCPredictor reads
         counts = [0] * len(items)
-        for w in build_windows(tok, items, inner.max_length, inner.doc_stride, inner.max_query_length,
-                               inner.use_title):
+        for w in build_windows(tok, items, s.max_length, s.doc_stride, s.max_query_length, s.use_title):
             counts[w.example_index] += len(w.input_ids)
         return counts
     if isinstance(predictor, NERPipeline):  # the same windows NERPipeline.predict_batch makes

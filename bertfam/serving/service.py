@@ -90,7 +90,7 @@ class Service:
             pred = cls(model, lim.max_batch, mrc_max_length, mrc_doc_stride)
             # one model call reads at most max_batch_tokens of windows: a passage of many windows is read in
             # several calls, between which an abandoned request stops (tasks/interrupt.py)
-            pred.inner.batch_size = max(1, min(lim.max_batch, lim.max_batch_tokens // pred.inner.max_length))
+            pred.inner.batch_size = max(1, min(lim.max_batch, lim.max_batch_tokens // pred.inner.settings.max_length))
         else:
             pred = cls(model, lim.max_batch)
         batcher = DynamicBatcher(pred.predict_batch, executor, lim.max_batch, lim.batch_wait_ms, lim.max_queue,

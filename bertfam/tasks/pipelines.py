@@ -413,13 +413,13 @@ class MRCPipeline(Pipeline):
     def __init__(self, model, batch_size: int = 32, max_length: Optional[int] = None,
                  doc_stride: Optional[int] = None, int8: bool = False):
         super().__init__(model, batch_size, int8)
-        from .mrc import MRCPredictor
+        from .mrc import MRCPredictor, settings_of
 
         saved = model.config.head.mrc_settings  # the model's training windows, else MRCSettings' defaults
         max_length = min(max_length or saved.max_length, self.window)
-        doc_stride = doc_stride or saved.doc_stride
-        self.inner = MRCPredictor(model, model.tokenizer, max_length=max_length,
-                                  doc_stride=min(doc_stride, max_length // 2), batch_size=batch_size)
+        doc_stride = min(doc_stride or saved.doc_stride, max_length // 2)
+        self.inner = MRCPredictor(model, settings_of(model, max_length=max_length, doc_stride=doc_stride),
+                                  batch_size=batch_size)
 
     def keyword_inputs(self, options: dict) -> Any:
         if "question" not in options:
@@ -468,8 +468,8 @@ class MRCPipeline(Pipeline):
         k = item.get("top_k")
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
             raise InputError("top_k", f"must be an integer >= 1, got {k!r}")
-        if k is not None and k > self.inner.n_best:
-            raise InputError("top_k", f"at most {self.inner.n_best} (the model's n_best), got {k}")
+        if k is not None and k > self.inner.settings.n_best:
+            raise InputError("top_k", f"at most {self.inner.settings.n_best} (the model's n_best), got {k}")
 
     def predict_batch(self, items: list[dict]) -> list[dict]:
         """The HTTP API's shape; with top_k asked, each result also carries its n-best spans (`candidates`)."""
@@ -478,11 +478,11 @@ class MRCPipeline(Pipeline):
                                          "title": it.get("title")} for it in items], details=details)
         out = []
         for r in res:
-            o = {"answer": r["answer"], "start": r["start"], "end": r["end"], "score": float(r["score"]),
-                 "answerable": bool(r["answerable"])}
+            o = {"answer": r.answer, "start": r.start, "end": r.end, "score": float(r.score),
+                 "answerable": bool(r.answerable)}
             if details:  # span score as the answered result's: span probability x P(answerable)
-                p = r["p_answerable"] if r["p_answerable"] is not None else 1.0
-                o["candidates"] = [{"text": s["text"], "start": s["start"], "end": s["end"],
-                                    "score": float(s["prob"] * p)} for s in r["nbest"]]
+                p = r.p_answerable if r.p_answerable is not None else 1.0
+                o["candidates"] = [{"text": s.text, "start": s.start, "end": s.end, "score": float(s.prob * p)}
+                                   for s in r.nbest]
             out.append(o)
         return out

@@ -18,6 +18,7 @@ Features (`FEATURES`, each a number per question; the reader's come from one `de
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Optional, Sequence
@@ -27,6 +28,7 @@ import numpy as np
 from ...config import AnswerabilityModel
 from ...errors import ConfigError
 from .decoding import coverage
+from .results import RawScores
 
 FEATURES = ("null_diff", "reader_logit", "top_prob", "relevance", "span_log_len", "span_in_question",
             "has_title", "q_in_title", "title_in_q", "q_bigrams_in_title", "title_bigrams_in_q",
@@ -57,20 +59,19 @@ def lexical_features(question: str, passage: str, title: Optional[str]) -> dict:
             "q_log_len": math.log(1 + len(question)), "passage_log_len": math.log(1 + len(passage))}
 
 
-def reader_features(raw: dict, question: str) -> dict:
+def reader_features(raw: RawScores, question: str) -> dict:
     """The features of one `decode` result (its own P(answerable): call before it is replaced by the fused one)."""
-    d = raw["null_diff"]
+    d = raw.null_diff
     d = -20.0 if not np.isfinite(d) else float(np.clip(d, -20, 20))
-    p = float(np.clip(raw["p_answerable"] if raw["p_answerable"] is not None else 0.5, 1e-6, 1 - 1e-6))
-    top = raw["nbest"][0] if raw["nbest"] else None
-    rel = raw.get("relevance")
-    return {"null_diff": d, "reader_logit": float(np.log(p / (1 - p))), "top_prob": float(top["prob"]) if top else 0.0,
+    p = float(np.clip(raw.p_answerable if raw.p_answerable is not None else 0.5, 1e-6, 1 - 1e-6))
+    top, rel = raw.best, raw.relevance
+    return {"null_diff": d, "reader_logit": float(np.log(p / (1 - p))), "top_prob": float(top.prob) if top else 0.0,
             "relevance": float(rel) if rel is not None else 0.0,
-            "span_log_len": math.log(1 + len(top["text"])) if top else 0.0,
-            "span_in_question": coverage(top["text"], question) if top and top["text"] else 0.0}
+            "span_log_len": math.log(1 + len(top.text)) if top else 0.0,
+            "span_in_question": coverage(top.text, question) if top and top.text else 0.0}
 
 
-def feature_vector(raw: dict, item: dict, names: Sequence[str] = FEATURES) -> np.ndarray:
+def feature_vector(raw: RawScores, item: dict, names: Sequence[str] = FEATURES) -> np.ndarray:
     """(F,) the named features of one question: item has question, passage (or context) and title."""
     passage = item.get("passage", item.get("context")) or ""
     f = {**reader_features(raw, item["question"]), **lexical_features(item["question"], passage, item.get("title"))}
@@ -90,7 +91,7 @@ def check_model(model: AnswerabilityModel, needs_relevance: bool = False,
                           "(head.mrc.verifier names none, or verifier=False / --no-verifier was given)")
 
 
-def fit(raws: Sequence[dict], items: Sequence[dict], y: Sequence[bool], names: Sequence[str] = FEATURES,
+def fit(raws: Sequence[RawScores], items: Sequence[dict], y: Sequence[bool], names: Sequence[str] = FEATURES,
         c: float = 1.0) -> AnswerabilityModel:
     """Logistic regression of answerable on the standardised features (L2, C=c) of these questions."""
     from sklearn.linear_model import LogisticRegression
@@ -107,14 +108,15 @@ def fit(raws: Sequence[dict], items: Sequence[dict], y: Sequence[bool], names: S
                               coef=lr.coef_[0].tolist(), intercept=float(lr.intercept_[0]))
 
 
-def probability(model: AnswerabilityModel, raw: dict, item: dict) -> float:
+def probability(model: AnswerabilityModel, raw: RawScores, item: dict) -> float:
     """P(answerable) of one question under the fused model."""
     x = (feature_vector(raw, item, model.features) - np.array(model.mean)) / np.array(model.scale)
     z = float(x @ np.array(model.coef) + model.intercept)
     return float(1.0 / (1.0 + math.exp(-max(min(z, 50.0), -50.0))))
 
 
-def apply(model: AnswerabilityModel, raws: Sequence[dict], items: Sequence[dict]) -> list[dict]:
+def apply(model: AnswerabilityModel, raws: Sequence[RawScores], items: Sequence[dict]) -> list[RawScores]:
     """raws with P(answerable) replaced by the fused probability (the reader's own kept as p_reader). The
     null test is then left to the thresholds: a fused model is tuned with the null test open (rule "cls")."""
-    return [dict(r, p_reader=r["p_answerable"], p_answerable=probability(model, r, it)) for r, it in zip(raws, items)]
+    return [dataclasses.replace(r, p_reader=r.p_answerable, p_answerable=probability(model, r, it))
+            for r, it in zip(raws, items)]

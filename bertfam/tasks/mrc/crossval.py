@@ -19,6 +19,7 @@ import numpy as np
 from ...errors import ConfigError
 from .answerability import apply as apply_answerability, fit as fit_answerability
 from .decoding import NO_ANSWER, answered
+from .results import RawScores
 from .thresholds import RULES, tune_on_raw
 
 
@@ -74,7 +75,7 @@ def leaks(examples: Sequence, folds: Sequence[int]) -> list[str]:
     return [f"{kind} {text[:30]!r} in folds {sorted(fs)}" for (kind, text), fs in seen.items() if len(fs) > 1]
 
 
-def tune_out_of_fold(candidates: Mapping[str, Sequence[dict]], examples: Sequence, folds: Sequence[int],
+def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Sequence, folds: Sequence[int],
                      rules: Sequence[str] = ("both", "null", "cls")) -> dict:
     """Choose a decoding setting (a key of `candidates`: name -> one `decode` result per example, each
     example's from the model that did not train on it) and a no-answer rule with its thresholds for every
@@ -121,9 +122,9 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[dict]], examples: Sequenc
         choices[int(f)] = c
         for i in np.nonzero(folds == f)[0]:
             raw = use[i]
-            p_used[i] = raw["p_answerable"]
+            p_used[i] = raw.p_answerable
             ok = answered(raw, c["null_threshold"], c["answerable_threshold"], c["verifier_threshold"])
-            answers[i] = raw["nbest"][0]["text"] if ok else NO_ANSWER
+            answers[i] = raw.best.text if ok else NO_ANSWER
             ex = examples[i]
             f1[i], em[i] = score_one(Reference(ex.answer_texts, ex.is_impossible, ex.qtype), answers[i])
     pooled = best_on(np.ones(n, dtype=bool))
@@ -131,7 +132,7 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[dict]], examples: Sequenc
     return {"answers": answers, "f1": f1, "em": em, "choices": choices, "pooled": pooled, "p_answerable": p_used}
 
 
-def fused_raws(raws: Sequence[dict], examples: Sequence, mask: np.ndarray) -> tuple[list[dict], object]:
+def fused_raws(raws: Sequence[RawScores], examples: Sequence, mask: np.ndarray) -> tuple[list[RawScores], object]:
     """The answerability model (tasks/mrc/answerability.py) fitted on the examples in mask, and every raw
     with its P(answerable) replaced by the fused probability and its null test opened (a span found passes),
     so that rule "cls" thresholds the fused score alone, as the predictor applies a saved model."""
@@ -140,7 +141,7 @@ def fused_raws(raws: Sequence[dict], examples: Sequence, mask: np.ndarray) -> tu
     idx = np.nonzero(mask)[0]
     model = fit_answerability([raws[i] for i in idx], [items[i] for i in idx], y[idx])
     fused = apply_answerability(model, raws, items)
-    return [dict(r, null_diff=1e9 if r["nbest"] else -np.inf) for r in fused], model
+    return [dataclasses.replace(r, null_diff=1e9 if r.nbest else -np.inf) for r in fused], model
 
 
 def items_of(examples: Sequence) -> list[dict]:

@@ -27,6 +27,7 @@ from typing import Optional
 import numpy as np
 
 from ...config import MRCSettings
+from .results import RawScores, SpanCandidate
 
 NO_ANSWER = "no answer"
 
@@ -86,7 +87,7 @@ def coverage(text: str, other: str, n: int = 1) -> float:
 
 def decode(windows: list, passage: str, n_best: int = MRCSettings.n_best,
            max_answer_length: int = MRCSettings.max_answer_length, extend: str = "none", question: str = "",
-           overlap_penalty: float = 0.0) -> dict:
+           overlap_penalty: float = 0.0) -> RawScores:
     """Combine the windows of one passage: n-best spans over all windows (character offsets into the
     passage; the same text from overlapping windows or repeated in the passage is listed once, at its
     best score), null diff (best span - min null score) and max P(answerable). extend: widen every span to
@@ -120,15 +121,21 @@ def decode(windows: list, passage: str, n_best: int = MRCSettings.n_best,
         if passage[a:b] not in seen and len(ranked) < n_best:
             seen.add(passage[a:b])
             ranked.append(((a, b), sc))
-    nbest = []
+    nbest = ()
     if ranked:
-        logits = np.array([sc for _, sc in ranked])
+        logits = np.array([sc for _, sc in ranked])  # (K,)
         probs = np.exp(logits - logits.max())
         probs /= probs.sum()
-        nbest = [{"text": passage[a:b], "start": a, "end": b, "score": sc, "prob": float(pr)}
-                 for ((a, b), sc), pr in zip(ranked, probs)]
-    diff = nbest[0]["score"] - null if nbest and null < math.inf else -math.inf
-    return {"nbest": nbest, "null_diff": diff, "p_answerable": p_ans, "relevance": None}
+        nbest = tuple(SpanCandidate(passage[a:b], a, b, sc, float(pr)) for ((a, b), sc), pr in zip(ranked, probs))
+    diff = nbest[0].score - null if nbest and null < math.inf else -math.inf
+    return RawScores(nbest, diff, p_ans)
+
+
+def decode_with(settings: MRCSettings, windows: list, passage: str, question: str = "") -> RawScores:
+    """`decode` with a model's decoding settings (n-best, answer length, extension, question-overlap penalty):
+    what MRCPredictor and the multimodal QA evaluation decode with."""
+    return decode(windows, passage, settings.n_best, settings.max_answer_length, settings.answer_extension,
+                  question, settings.question_overlap_penalty)
 
 
 class _OverlapPenalty:
@@ -146,13 +153,13 @@ class _OverlapPenalty:
         return self.memo[span]
 
 
-def answered(raw: dict, null_threshold: float, answerable_threshold: float,
+def answered(raw: RawScores, null_threshold: float, answerable_threshold: float,
              verifier_threshold: Optional[float] = None) -> bool:
     """The no-answer rule on one question's `decode` result: a span, its null diff above the threshold,
     (when the model has the classifier) P(answerable) at or above its threshold and (when a verifier scored
-    it, raw["relevance"], and a verifier_threshold is given) the relevance at or above that."""
-    p, rel = raw["p_answerable"], raw.get("relevance")
-    return (bool(raw["nbest"]) and raw["null_diff"] > null_threshold and (p is None or p >= answerable_threshold)
+    it, raw.relevance, and a verifier_threshold is given) the relevance at or above that."""
+    p, rel = raw.p_answerable, raw.relevance
+    return (bool(raw.nbest) and raw.null_diff > null_threshold and (p is None or p >= answerable_threshold)
             and (rel is None or verifier_threshold is None or rel >= verifier_threshold))
 
 

@@ -1,8 +1,9 @@
 """`MRCPredictor`: windows -> model forward (one model, or several sharing a tokenizer: their logits averaged)
 -> `decoding.decode` per question (+ the verifier's relevance, when there is one) -> the no-answer rule
-(`decoding.answered`) with the model's thresholds."""
+(`decoding.answered`) with the thresholds of its settings (`config.MRCSettings`, the model's head.mrc)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Any, Optional, Sequence
@@ -10,6 +11,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
+from ...config import MRCSettings
 from ...data.batching import length_batches
 from ...data.mrc_windows import Window, build_windows, collate_windows
 from ...errors import ConfigError, DataError
@@ -17,7 +19,8 @@ from ...modeling.optimize import optimize_for_inference
 from ..blank import is_blank
 from ..interrupt import check_interrupt
 from .answerability import apply as apply_answerability, check_model
-from .decoding import EXTENSIONS, answered, decode
+from .decoding import answered, decode_with
+from .results import MRCPrediction, RawScores
 
 
 def _as_list(model) -> list:
@@ -29,83 +32,59 @@ def same_tokenizer(a, b) -> bool:
     return a is b or (a.do_lower_case == b.do_lower_case and a.get_vocab() == b.get_vocab())
 
 
+def settings_of(models, **overrides) -> MRCSettings:
+    """The settings a predictor of `models` (one, or a list) runs with when given none: the first model's
+    head.mrc (windows, decoding, verifier, fused answerability model) with the members' mean thresholds;
+    `overrides` (MRCSettings fields) replace fields of that, each checked (one ConfigError line)."""
+    models = _as_list(models)
+    if not models:
+        raise ConfigError("MRCPredictor needs at least one model")
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(MRCSettings)})
+    if unknown:
+        raise ConfigError(f"{MRCSettings.WHERE}: unknown field(s) {', '.join(unknown)}")
+    saved = [m.config.head.mrc_settings for m in models]
+    mean = {k: float(np.mean([getattr(s, k) for s in saved])) for k in ("null_threshold", "answerable_threshold")}
+    return dataclasses.replace(saved[0], **{**mean, **overrides})
+
+
 class MRCPredictor:
     """Answer questions about passages with one span model, or several that share a tokenizer
     (their start/end logits and answerability probabilities are averaged: a logit-level ensemble).
 
-    Settings left as None are the model's (`head.mrc`: the first model's windows and decoding, the members'
-    mean thresholds), else MRCSettings' defaults.
+    settings: the windows, decoding and no-answer rule (`config.MRCSettings`); None = the models' own
+    (`settings_of(models)`: the first model's head.mrc, the members' mean thresholds). To change a few,
+    pass `settings_of(models, max_answer_length=30)` (or `dataclasses.replace` of a model's
+    `config.head.mrc_settings`). The windows are cut to the shortest member's positions.
+
+    verifier: None = the one `settings.verifier` names (a directory next to the first model's config.json;
+    none if it names none), False = no verifier, a directory path or a `Verifier`.
 
     optimize (default True): this predictor is a prediction entry point, so it applies the inference swap
     to its models (`optimize_for_inference`, modeling/optimize.py: buffer reuse, same outputs bit for bit);
     False leaves them as they are, for a model still in training (train_mrc's dev evaluation). int8:
     quantize the models for CPU inference (`optimize_for_inference(m, int8=True)`, modeling/int8.py; an
-    int8 checkpoint is int8 anyway); needs optimize.
+    int8 checkpoint is int8 anyway); needs optimize."""
 
-    verifier: None = the one the first model's `head.mrc.verifier` names (a directory next to its
-    config.json; none if it names none), False = no verifier, a directory path or a `Verifier`."""
-
-    def __init__(self, model, tokenizer=None, max_length: Optional[int] = None, doc_stride: Optional[int] = None,
-                 max_answer_length: Optional[int] = None, n_best: Optional[int] = None, batch_size: int = 32,
-                 max_query_length: Optional[int] = None,
-                 use_title: Optional[bool] = None, null_threshold: Optional[float] = None,
-                 answerable_threshold: Optional[float] = None, int8: bool = False, verifier=None,
-                 verifier_threshold: Optional[float] = None, answer_extension: Optional[str] = None,
-                 optimize: bool = True):
-        self.models = _as_list(model)
-        if not self.models:
-            raise ConfigError("MRCPredictor needs at least one model")
-        if int8 and not optimize:
-            raise ConfigError("MRCPredictor: int8 is an inference swap; it needs optimize=True")
-        for m in self.models:
-            if getattr(m, "span", None) is None:
-                raise ConfigError(f"model has head task {m.config.head.task!r}; MRC needs a 'span' head "
-                                  "(train one with `bertfam mrc train`)")
-            if optimize:
-                optimize_for_inference(m, int8=int8)  # buffer reuse in no-grad eval forwards
-        self.tokenizer = tokenizer if tokenizer is not None else self.models[0].tokenizer
-        if self.tokenizer is None:
-            raise ConfigError("the model directory has no tokenizer (vocab.txt / tokenizer.json); pass tokenizer=")
-        for m in self.models[1:]:
-            if m.tokenizer is not None and not same_tokenizer(m.tokenizer, self.tokenizer):
-                raise ConfigError("ensemble members do not share a tokenizer; use VotingEnsemble")
-        settings = [m.config.head.mrc_settings for m in self.models]
-        first = settings[0]
-
-        def pick(given, saved):
-            return given if given is not None else saved
-
-        limit = min(m.config.max_sequence_length for m in self.models)
-        self.max_length = min(pick(max_length, first.max_length), limit)
-        self.doc_stride = pick(doc_stride, first.doc_stride)
-        self.max_answer_length = pick(max_answer_length, first.max_answer_length)
-        self.n_best = pick(n_best, first.n_best)
-        self.max_query_length = pick(max_query_length, first.max_query_length)
-        self.use_title = pick(use_title, first.use_title)
+    def __init__(self, models, settings: Optional[MRCSettings] = None, verifier=None, *, batch_size: int = 32,
+                 int8: bool = False, optimize: bool = True):
+        self.models = _as_list(models)
+        _prepare(self.models, int8, optimize)
+        self.tokenizer = _shared_tokenizer(self.models)
+        self.settings = _checked(settings if settings is not None else settings_of(self.models), self.models)
         self.batch_size = batch_size
         self.on_progress = None  # callable(windows read, windows in the call), set by predict_examples
-        self.null_threshold = pick(null_threshold, float(np.mean([s.null_threshold for s in settings])))
-        self.answerable_threshold = pick(answerable_threshold,
-                                         float(np.mean([s.answerable_threshold for s in settings])))
         self.has_answerability = all(m.span.answerable is not None for m in self.models)
-        self.answer_extension = pick(answer_extension, first.answer_extension)
-        self.question_overlap_penalty = first.question_overlap_penalty
-        if self.answer_extension not in EXTENSIONS:
-            raise ConfigError(f"answer_extension {self.answer_extension!r} not in {', '.join(EXTENSIONS)}")
-        self.verifier = _verifier_of(self.models[0], verifier)
-        self.verifier_threshold = pick(verifier_threshold, first.verifier_threshold)
-        # the fused answerability model the thresholds were tuned with (None: the reader's classifier)
-        self.answerability = first.answerability
-        if self.answerability is not None:
-            check_model(self.answerability, needs_relevance=self.verifier is None)
+        self.verifier = _verifier_of(self.models[0], self.settings.verifier, verifier)
+        if self.settings.answerability is not None:  # the fused model the thresholds were tuned with
+            check_model(self.settings.answerability, needs_relevance=self.verifier is None)
 
     # ------------------------------------------------------------------ public API
-    def predict(self, question: str, passage: str, title: Optional[str] = None) -> dict:
+    def predict(self, question: str, passage: str, title: Optional[str] = None) -> MRCPrediction:
         return self.predict_batch([{"question": question, "passage": passage, "title": title}])[0]
 
-    def predict_batch(self, items: Sequence[dict], details: bool = False) -> list[dict]:
-        """items: dicts with question, passage (or context) and optional title. Returns per item
-        {answer, start, end, score, answerable} (+ nbest, null_diff, p_answerable with details=True)."""
+    def predict_batch(self, items: Sequence[dict], details: bool = False) -> list[MRCPrediction]:
+        """items: dicts with question, passage (or context) and optional title. Returns one MRCPrediction per
+        item (its details too with details=True); `.to_dict()` is the JSON shape."""
         clean = [_check_item(it, i) for i, it in enumerate(items)]
         todo = [i for i, it in enumerate(clean) if not is_blank(it["question"]) and not is_blank(it["passage"])]
         raw = self.raw_scores([clean[i] for i in todo])
@@ -114,18 +93,17 @@ class MRCPredictor:
             out[i] = self.decide(r, details)
         return out
 
-    def raw_scores(self, items: Sequence[dict]) -> list[dict]:
+    def raw_scores(self, items: Sequence[dict]) -> list[RawScores]:
         """Per item: n-best spans (character offsets), the best null diff, P(answerable) (the fused model's
-        when the model has one, the reader's then kept as p_reader) and the verifier's relevance (None
+        when the settings have one, the reader's then kept as p_reader) and the verifier's relevance (None
         without a verifier)."""
-        raws = [decode(ws, it["passage"], self.n_best, self.max_answer_length, self.answer_extension,
-                       it["question"], self.question_overlap_penalty)
+        raws = [decode_with(self.settings, ws, it["passage"], it["question"])
                 for ws, it in zip(self.window_scores(items), items)]
         rel = self.relevance(items)
-        for r, v in zip(raws, rel if rel is not None else []):
-            r["relevance"] = float(v)
-        if self.answerability is not None:
-            raws = apply_answerability(self.answerability, raws, items)
+        if rel is not None:
+            raws = [dataclasses.replace(r, relevance=float(v)) for r, v in zip(raws, rel)]
+        if self.settings.answerability is not None:
+            raws = apply_answerability(self.settings.answerability, raws, items)
         return raws
 
     def relevance(self, items: Sequence[dict]) -> Optional[np.ndarray]:
@@ -134,34 +112,34 @@ class MRCPredictor:
             return None
         check_interrupt()
         return self.verifier.scores([{"question": it["question"], "passage": it["passage"],
-                                      "title": it.get("title") if self.use_title else None} for it in items])
+                                      "title": it.get("title") if self.settings.use_title else None}
+                                     for it in items])
 
     def window_scores(self, items: Sequence[dict]) -> list[list[tuple]]:
         """Per item: its windows' (window, start logits, end logits, P(answerable)), the input of `decode`
         (one forward pass can then be decoded with several settings)."""
         if not items:
             return []
-        windows = build_windows(self.tokenizer, items, self.max_length, self.doc_stride, self.max_query_length,
-                                self.use_title)
+        s = self.settings
+        windows = build_windows(self.tokenizer, items, s.max_length, s.doc_stride, s.max_query_length, s.use_title)
         per_item: list[list[tuple[Window, np.ndarray, np.ndarray, float]]] = [[] for _ in items]
-        for w, s, e, p in self._forward(windows):
-            per_item[w.example_index].append((w, s, e, p))
+        for w, start, end, p in self._forward(windows):
+            per_item[w.example_index].append((w, start, end, p))
         return per_item
 
-    def decide(self, raw: dict, details: bool = False) -> dict:
-        best = raw["nbest"][0] if raw["nbest"] else None
-        p = raw["p_answerable"]
-        ok = answered(raw, self.null_threshold, self.answerable_threshold, self.verifier_threshold)
-        if ok:
-            res = {"answer": best["text"], "start": best["start"], "end": best["end"],
-                   "score": float(best["prob"] * (p if p is not None else 1.0)), "answerable": True}
+    def decide(self, raw: RawScores, details: bool = False) -> MRCPrediction:
+        """The no-answer rule on one question's raw scores, with the settings' thresholds."""
+        s, best, p = self.settings, raw.best, raw.p_answerable
+        if answered(raw, s.null_threshold, s.answerable_threshold, s.verifier_threshold):
+            core = dict(answer=best.text, start=best.start, end=best.end,
+                        score=float(best.prob * (p if p is not None else 1.0)), answerable=True)
         else:
-            conf = 1.0 - p if p is not None else _sigmoid(-raw["null_diff"])
-            res = {"answer": None, "start": None, "end": None, "score": float(conf), "answerable": False}
-        if details:
-            res.update(nbest=raw["nbest"], null_diff=raw["null_diff"], p_answerable=p,
-                       relevance=raw.get("relevance"))
-        return res
+            conf = 1.0 - p if p is not None else _sigmoid(-raw.null_diff)
+            core = dict(answer=None, start=None, end=None, score=float(conf), answerable=False)
+        if not details:
+            return MRCPrediction(**core)
+        return MRCPrediction(**core, nbest=raw.nbest, null_diff=raw.null_diff, p_answerable=p,
+                             relevance=raw.relevance, p_reader=raw.p_reader)
 
     # ------------------------------------------------------------------ model
     @property
@@ -205,14 +183,50 @@ def window_logits(windows: Sequence[Window], start: torch.Tensor, end: torch.Ten
              float(p_answerable[j]) if p_answerable is not None else None) for j, w in enumerate(windows)]
 
 
-def _verifier_of(model, verifier):
-    """The Verifier `verifier` asks for (see MRCPredictor), loaded once."""
+def _prepare(models: list, int8: bool, optimize: bool) -> None:
+    """ConfigError unless every model has a span head; the inference swap applied where asked."""
+    if not models:
+        raise ConfigError("MRCPredictor needs at least one model")
+    if int8 and not optimize:
+        raise ConfigError("MRCPredictor: int8 is an inference swap; it needs optimize=True")
+    for m in models:
+        if getattr(m, "span", None) is None:
+            raise ConfigError(f"model has head task {m.config.head.task!r}; MRC needs a 'span' head "
+                              "(train one with `bertfam mrc train`)")
+        if optimize:
+            optimize_for_inference(m, int8=int8)  # buffer reuse in no-grad eval forwards
+
+
+def _shared_tokenizer(models: list):
+    """The first model's tokenizer, which every other member must share (else: VotingEnsemble)."""
+    tok = models[0].tokenizer
+    if tok is None:
+        raise ConfigError("the model has no tokenizer (vocab.txt / tokenizer.json in its directory); set "
+                          "model.tokenizer")
+    for m in models[1:]:
+        if m.tokenizer is not None and not same_tokenizer(m.tokenizer, tok):
+            raise ConfigError("ensemble members do not share a tokenizer; use VotingEnsemble")
+    return tok
+
+
+def _checked(settings: Any, models: list) -> MRCSettings:
+    """settings checked again (a field set after construction is not checked there), the windows cut to the
+    shortest member's positions."""
+    if not isinstance(settings, MRCSettings):
+        raise ConfigError(f"MRCPredictor: settings must be an MRCSettings (a model's head.mrc) or None, "
+                          f"got {type(settings).__name__}")
+    checked = dataclasses.replace(settings)  # runs MRCSettings' checks again
+    limit = min(m.config.max_sequence_length for m in models)
+    return checked if checked.max_length <= limit else dataclasses.replace(checked, max_length=limit)
+
+
+def _verifier_of(model, name: Optional[str], verifier):
+    """The Verifier `verifier` asks for (see MRCPredictor; name: settings.verifier), loaded once."""
     from .verifier import load_verifier
 
     if verifier is False:
         return None
     if verifier is None:
-        name = model.config.head.mrc_settings.verifier
         home = getattr(model, "name_or_path", None)
         if name is None:
             return None
@@ -249,8 +263,8 @@ def _check_item(it: Any, i: int) -> dict:
     return {"question": q, "passage": p, "title": t}
 
 
-def _empty_result(details: bool) -> dict:
-    r = {"answer": None, "start": None, "end": None, "score": 1.0, "answerable": False}
-    if details:
-        r.update(nbest=[], null_diff=-math.inf, p_answerable=None, relevance=None)
-    return r
+def _empty_result(details: bool) -> MRCPrediction:
+    """A blank question or passage: no answer, and sure of it."""
+    if not details:
+        return MRCPrediction(None, None, None, 1.0, False)
+    return MRCPrediction(None, None, None, 1.0, False, nbest=(), null_diff=-math.inf)

@@ -34,12 +34,16 @@ def predict_examples(predictor, examples: Sequence, no_answer_text: str = NO_ANS
     dt = time.perf_counter() - t0
     preds, nbest = {}, {}
     for ex, r in zip(examples, results):
-        preds[ex.qid] = r["answer"] if r["answerable"] else no_answer_text
-        nbest[ex.qid] = {"answerable": r["answerable"], "answer": r["answer"], "start": r["start"], "end": r["end"],
-                         "score": r["score"], "p_answerable": r.get("p_answerable"),
-                         "null_diff": _finite(r.get("null_diff")),
-                         "nbest": [dict(c, score=float(c["score"])) for c in r.get("nbest", [])]}
+        preds[ex.qid] = r.answer if r.answerable else no_answer_text
+        nbest[ex.qid] = _nbest_entry(r)
     return preds, nbest, len(items) / max(dt, 1e-9)
+
+
+def _nbest_entry(r) -> dict:
+    """One question's entry of the n-best file (a VotingEnsemble's answers carry no n-best: [] and None)."""
+    return {"answerable": r.answerable, "answer": r.answer, "start": r.start, "end": r.end, "score": r.score,
+            "p_answerable": r.p_answerable, "null_diff": _finite(r.null_diff),
+            "nbest": [dict(c.to_dict(), score=float(c.score)) for c in r.nbest or ()]}
 
 
 def _finite(x):

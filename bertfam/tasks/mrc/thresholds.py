@@ -11,6 +11,7 @@ import numpy as np
 from ...config import MRCSettings
 from ...errors import ConfigError
 from .decoding import NO_ANSWER
+from .results import RawScores
 
 
 RULES = ("both", "null", "cls", "verifier", "all")
@@ -20,37 +21,38 @@ def tune_thresholds(predictor, examples: Sequence) -> dict:
     """Grid-search (null_threshold, answerable_threshold) for the best official DuReader F1 on `examples`
     (EM breaks ties). Returns the chosen values and the dev scores before/after."""
     items = [{"question": ex.question, "passage": ex.context, "title": ex.title} for ex in examples]
-    return tune_on_raw(predictor.raw_scores(items), examples, predictor.null_threshold,
-                       predictor.answerable_threshold, predictor.has_answerability,
+    s = predictor.settings
+    return tune_on_raw(predictor.raw_scores(items), examples, s.null_threshold, s.answerable_threshold,
+                       predictor.has_answerability,
                        rule="all" if getattr(predictor, "verifier", None) is not None else "both",
-                       verifier_threshold=getattr(predictor, "verifier_threshold", -1.0))
+                       verifier_threshold=s.verifier_threshold)
 
 
-def tune_on_raw(raws: Sequence[dict], examples: Sequence, null_threshold: float = MRCSettings.null_threshold,
+def tune_on_raw(raws: Sequence[RawScores], examples: Sequence, null_threshold: float = MRCSettings.null_threshold,
                 answerable_threshold: float = MRCSettings.answerable_threshold, has_answerability: bool = True,
                 rule: str = "both", verifier_threshold: float = -1.0) -> dict:
     """tune_thresholds on scores already computed (MRCPredictor.raw_scores / decode), so that several
     decoding settings can be tuned on one forward pass. rule: "both" (span null score AND P(answerable)),
     "null" (span null score alone), "cls" (the answerability classifier alone), "verifier" (the verifier's
-    relevance alone) or "all" (the three together; "verifier" and "all" need raw["relevance"]). Thresholds a
+    relevance alone) or "all" (the three together; "verifier" and "all" need raw.relevance). Thresholds a
     rule does not use come back at the values that let every question through."""
     from ...evaluation.dureader import Reference, score_one
 
     if rule not in RULES:
         raise ConfigError(f"rule {rule!r} not in {'/'.join(RULES)}")
     uses_verifier = rule in ("verifier", "all")
-    if uses_verifier and any(r.get("relevance") is None for r in raws):
+    if uses_verifier and any(r.relevance is None for r in raws):
         raise ConfigError(f"rule {rule!r} needs the verifier's relevance for every question")
     f1a, ema, f1n, emn, diffs, probs, rels = [], [], [], [], [], [], []
     for ex, raw in zip(examples, raws):
         ref = Reference(ex.answer_texts, ex.is_impossible, ex.qtype)
-        text = raw["nbest"][0]["text"] if raw["nbest"] else None
+        text = raw.best.text if raw.nbest else None
         fa, ea = score_one(ref, text) if text is not None else score_one(ref, NO_ANSWER)
         fn, en = score_one(ref, NO_ANSWER)
         f1a.append(fa); ema.append(ea); f1n.append(fn); emn.append(en)  # noqa: E702
-        diffs.append(raw["null_diff"] if text is not None else -math.inf)
-        probs.append(raw["p_answerable"] if raw["p_answerable"] is not None else 1.0)
-        rels.append(raw["relevance"] if uses_verifier else 1.0)
+        diffs.append(raw.null_diff if text is not None else -math.inf)
+        probs.append(raw.p_answerable if raw.p_answerable is not None else 1.0)
+        rels.append(raw.relevance if uses_verifier else 1.0)
     f1a, ema, f1n, emn = map(np.array, (f1a, ema, f1n, emn))
     diffs, probs, rels = np.array(diffs), np.array(probs), np.array(rels, dtype=float)
     finite = diffs[np.isfinite(diffs)]

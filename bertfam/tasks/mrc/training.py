@@ -73,7 +73,7 @@ def train_mrc(model, train_examples: Sequence, out_dir: str, dev_examples: Seque
 
     def eval_fn(m) -> dict:
         # the windows just set in head.mrc; no inference swap on the model in training
-        pred = MRCPredictor(m, tokenizer=tok, verifier=verifier, optimize=False)
+        pred = MRCPredictor(m, verifier=verifier, optimize=False)
         return score_examples(pred, eval_set)
 
     trainer = Trainer(model, tc, windows, lambda b: collate_windows(b, pad), eval_fn=eval_fn if eval_set else None,
@@ -90,7 +90,7 @@ def train_mrc(model, train_examples: Sequence, out_dir: str, dev_examples: Seque
            "max_length": max_length, "doc_stride": doc_stride}
     model.config.head.info = dict(model.config.head.info, runs=list(model.config.head.info.get("runs", [])) + [run])
     if tune and dev_examples:
-        pred = MRCPredictor(model, tokenizer=tok, verifier=verifier, optimize=False)  # the trained model stays plain
+        pred = MRCPredictor(model, verifier=verifier, optimize=False)  # the trained model stays plain
         tuned = tune_thresholds(pred, dev_examples)
         run["dev_f1"] = round(tuned["dev_f1"], 3)
         if is_main_process():
