@@ -19,7 +19,8 @@ from bertfam.modeling import optimize
 from bertfam.modeling.int8 import Int8Embedding, Int8Linear, Int8MLMPredictor, is_int8, quantize_int8
 from bertfam.modeling.optimize import optimize_for_inference, reuses_buffers
 
-from .conftest import FIXTURES, ZH_VOCAB, cli
+from .conftest import FIXTURES, cli
+from .head_checkpoints import save_head_checkpoints
 from .test_varlen import HEADS, _batch
 
 SMALL = dict(vocab_size=300, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024,
@@ -309,20 +310,8 @@ def test_int8_checkpoint_with_a_new_head(tmp_path):
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
     """Tiny (hidden 32) checkpoints with the Chinese vocabulary: the flags' plumbing, not accuracy."""
-    from bertfam.config import FinetuneSettings, MRCSettings
-
-    tok = bertfam.Tokenizer.from_vocab(ZH_VOCAB)
     root = tmp_path_factory.mktemp("int8")
-    heads = {"cls": HeadConfig(task="classification", num_labels=2, labels=["0", "1"],
-                               finetune=FinetuneSettings(task="sst2", kind="single", max_length=32)),
-             "span": HeadConfig(task="span", mrc=MRCSettings(max_length=96, doc_stride=32))}
-    out = {}
-    for name, head in heads.items():
-        cfg = bertfam.preset("bert-tiny", vocab_size=tok.vocab_size, hidden_size=32, num_attention_heads=2,
-                             intermediate_size=64, num_hidden_layers=1, max_position_embeddings=128, head=head)
-        out[name] = str(root / name)
-        bertfam.build_model(cfg, seed=0).save_pretrained(out[name], tokenizer=tok)
-    return out
+    return save_head_checkpoints(root, 32)
 
 
 @pytest.fixture

@@ -25,7 +25,8 @@ from bertfam.modeling.int8_static import (POST_OPS, StaticInt8Layer, StaticInt8L
                                           StaticInt8LinearAdd, is_static_int8, quantize_static_int8, quantize_u8)
 from bertfam.modeling.optimize import optimize_for_inference, reuses_buffers
 
-from .conftest import FIXTURES, ZH_VOCAB, cli
+from .conftest import FIXTURES, cli
+from .head_checkpoints import save_head_checkpoints
 from .test_varlen import _batch
 
 SMALL = dict(vocab_size=300, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024,
@@ -338,20 +339,8 @@ def test_dynamic_checkpoints_load_as_before(plain, tmp_path):
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
     """Tiny (hidden 64) checkpoints with the Chinese vocabulary: the command's plumbing, not accuracy."""
-    from bertfam.config import FinetuneSettings, MRCSettings
-
-    tok = bertfam.Tokenizer.from_vocab(ZH_VOCAB)
     root = tmp_path_factory.mktemp("int8s")
-    heads = {"cls": HeadConfig(task="classification", num_labels=2, labels=["0", "1"],
-                               finetune=FinetuneSettings(task="sst2", kind="single", max_length=32)),
-             "span": HeadConfig(task="span", mrc=MRCSettings(max_length=96, doc_stride=32))}
-    out = {"root": root}
-    for name, head in heads.items():
-        cfg = bertfam.preset("bert-tiny", vocab_size=tok.vocab_size, hidden_size=64, num_attention_heads=2,
-                             intermediate_size=128, num_hidden_layers=1, max_position_embeddings=128, head=head)
-        out[name] = str(root / name)
-        bertfam.build_model(cfg, seed=0).save_pretrained(out[name], tokenizer=tok)
-    return out
+    return {"root": root, **save_head_checkpoints(root, 64)}
 
 
 def test_quantize_calibrate_command(dirs, tmp_path, capsys):
