@@ -185,3 +185,71 @@ def test_visualbert_parity_with_transformers(tmp_path):
             c = hf2.eval()(input_ids=ids, attention_mask=am, token_type_ids=tt, visual_embeds=f,
                            visual_attention_mask=fm, output_hidden_states=True)
         assert (c.hidden_states[-1] - b.last_hidden_state)[joint].abs().max() <= 1e-5
+
+
+# ------------------------------------------------------------------ one seed: train.seed
+class _AtTrainer(Exception):
+    """Raised where a run hands its model and data to the trainer: no step is taken."""
+
+
+def _handed_to_trainer(monkeypatch, run) -> tuple:
+    """(trainer seed, initial weights, training items in order) a library run hands its Trainer."""
+    import bertfam.multimodal.finetune as ft
+    import bertfam.multimodal.pretrain as pt
+
+    seen = []
+
+    def trainer(model, cfg, data, *a, **kw):
+        items = [ex["id"] if "id" in ex else ex["features"].tobytes() if "features" in ex  # qa: a window
+                 else tuple(ex["input_ids"].tolist()) for ex in data]  # video: an instance
+        seen.append((cfg.seed, {k: v.clone() for k, v in model.state_dict().items()}, items))
+        raise _AtTrainer
+
+    for mod in (pt, ft):
+        monkeypatch.setattr(mod, "Trainer", trainer)
+    with pytest.raises(_AtTrainer):
+        run()
+    return seen[0]
+
+
+@pytest.mark.parametrize("job", ["pretrain image", "pretrain video", "finetune classify", "finetune qa"])
+def test_train_seed_is_the_one_seed_of_a_library_run(monkeypatch, tmp_path, tiny_config, job):
+    """pretrain_multimodal / finetune_multimodal take no seed of their own: train.seed draws the trainer's
+    order and masking, a new model's weights and the evaluation split. The same train.seed gives the same
+    start twice; another one changes the weights and the split as well as the trainer's seed."""
+    from bertfam.multimodal.finetune import finetune_multimodal
+    from bertfam.multimodal.pretrain import fit_visual_vocab, pretrain_multimodal
+    from bertfam.multimodal.runs import default_train
+
+    kind, what = job.split()
+    d, out = str(tmp_path / "data"), str(tmp_path / "out")
+    kw = dict(vocab=VOCAB, config=tiny_config, max_length=16, eval_fraction=0.25)
+    if what == "video":
+        make_video_set(d, n=16, dim=6)
+        fit_visual_vocab(d, str(tmp_path / "cb.npz"), 6)
+        kw["codebook"] = str(tmp_path / "cb.npz")
+    else:
+        make_image_set(d, n=16, dim=8)
+    if kind == "finetune":
+        rows = [json.loads(line) for line in open(os.path.join(d, "manifest.jsonl"))]
+        for i, r in enumerate(rows):
+            r["label"] = ["a", "b"][i % 2]
+            r["passage"] = f"the thing is {r['text'].split()[-1]}."
+            r["answer"] = {"text": r["text"].split()[-1]}
+        with open(os.path.join(d, "manifest.jsonl"), "w") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+
+    def start(seed: int) -> tuple:
+        train = default_train(seed=seed, max_steps=1)
+        if kind == "pretrain":
+            return _handed_to_trainer(monkeypatch, lambda: pretrain_multimodal(what, d, out, train=train, **kw))
+        return _handed_to_trainer(monkeypatch, lambda: finetune_multimodal("image", what, d, out, train=train, **kw))
+
+    def same_weights(a: dict, b: dict) -> bool:
+        return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    (s1, w1, i1), (s2, w2, i2), (s3, w3, i3) = start(3), start(3), start(4)
+    assert (s1, s2, s3) == (3, 3, 4)
+    assert same_weights(w1, w2) and i1 == i2
+    assert not same_weights(w1, w3)  # the weights follow train.seed
+    assert set(i1) != set(i3)  # so does the split: other records are held out

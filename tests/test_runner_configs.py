@@ -114,12 +114,21 @@ def test_custom_columns_are_checked_in_the_options_words(capsys):
 
 # ------------------------------------------------------------------ multimodal: one seed, train.seed
 def test_the_multimodal_runs_have_one_seed():
+    import inspect
+
+    from bertfam.multimodal.finetune import finetune_multimodal
+    from bertfam.multimodal.pretrain import pretrain_multimodal
+    from bertfam.multimodal.runs import default_train
+
     assert "seed" not in {f.name for f in dataclasses.fields(MultimodalRunConfig)}
+    for fn in (pretrain_multimodal, finetune_multimodal):  # the library runs: train.seed only
+        assert "seed" not in inspect.signature(fn).parameters
+    assert default_train().seed == MultimodalPretrainConfig(modality="image", features="f", out="o").train.seed
     cfg = MultimodalPretrainConfig(modality="image", features="f", out="o")
-    assert cfg.train.seed == 0 and cfg.run_kwargs()["seed"] == 0  # the runs' seed before it was train.seed
+    assert cfg.train.seed == 0 and "seed" not in cfg.run_kwargs()  # 0: the runs' seed before it was train.seed
     args, cfg = _built(["multimodal", "finetune", "--modality", "image", "--task", "classify", "--features", "f",
                         "--out", "o", "--seed", "5"])
-    assert cfg.train.seed == 5 and cfg.run_kwargs()["seed"] == 5 and cfg.run_kwargs()["train"].seed == 5
+    assert cfg.train.seed == 5 and cfg.run_kwargs()["train"].seed == 5
 
 
 def test_an_old_nested_multimodal_config_reads_its_seed_as_the_trainers():

@@ -25,25 +25,25 @@ from .runs import (adapter_config, finish, new_or_init, read_records, run_train_
 def pretrain_multimodal(modality: str, features_dir: str, out_dir: str, *, vocab: Optional[str] = None,
                         config: str = "bert-tiny", init: Optional[str] = None, codebook: Optional[str] = None,
                         manifest: Optional[str] = None, max_length: int = 64, eval_fraction: float = 0.1,
-                        seed: int = 0, mask_rate: float = 0.15, mismatch_prob: float = 0.5,
+                        mask_rate: float = 0.15, mismatch_prob: float = 0.5,
                         audio: Optional[AudioConfig] = None, train: Optional[TrainConfig] = None,
                         resume: Optional[str] = None) -> dict:
     """image / speech: masked LM on the text + text-feature match. video: cross-modal masked LM over text and
     visual words (needs `codebook`). Returns the trainer summary with the final evaluation. `train`: the
-    trainer's settings (default `runs.default_train()`; out_dir is `out_dir`); `seed` draws the split and a
-    new model's weights."""
+    trainer's settings (default `runs.default_train()`; out_dir is `out_dir`); its seed, the run's one seed,
+    also draws the split and a new model's weights."""
     tok = tokenizer_from(vocab, init)  # --vocab, else the --init checkpoint's
+    tc = run_train_config(out_dir, train)
     if modality == "video":
         return _pretrain_video(features_dir, out_dir, tok, config, init, codebook, manifest, max_length, eval_fraction,
-                               seed, mask_rate, train, resume)
+                               mask_rate, tc, resume)
     records, report, audio = read_records(modality, features_dir, manifest, ("text",), audio)
     write_report(out_dir, report)
     mm = adapter_config(modality, records, audio)
     head = HeadConfig(task="pretraining", pair_objective="nsp" if mismatch_prob > 0 else None)
-    model = new_or_init(config, tok.vocab_size, mm, head, init, seed)
-    tr, ev = split_eval(text_examples(records, tok, max_length), eval_fraction, seed)
+    model = new_or_init(config, tok.vocab_size, mm, head, init, tc.seed)
+    tr, ev = split_eval(text_examples(records, tok, max_length), eval_fraction, tc.seed)
     masker = token_masker(tok, model.config.vocab_size, mask_rate)
-    tc = run_train_config(out_dir, train)
 
     def eval_fn(m):
         return evaluate_pretrain(m, ev, tok, mask_rate, tc.batch_size) if ev else {}
@@ -75,8 +75,8 @@ def video_records(features_dir: str, manifest: Optional[str], codebook: str):
     return records, report, cb
 
 
-def _pretrain_video(features_dir, out_dir, tok, config, init, codebook, manifest, max_length, eval_fraction, seed,
-                    mask_rate, train, resume) -> dict:
+def _pretrain_video(features_dir, out_dir, tok, config, init, codebook, manifest, max_length, eval_fraction,
+                    mask_rate, tc, resume) -> dict:
     from ..objectives.collator import PretrainCollator
 
     if not codebook:
@@ -84,16 +84,15 @@ def _pretrain_video(features_dir, out_dir, tok, config, init, codebook, manifest
     records, report, cb = video_records(features_dir, manifest, codebook)
     write_report(out_dir, report)
     mm = MultimodalConfig(modality="video", text_vocab_size=tok.vocab_size, codebook_size=cb.size)
-    model = new_or_init(config, tok.vocab_size + cb.size, mm, HeadConfig(task="mlm"), init, seed)
+    model = new_or_init(config, tok.vocab_size + cb.size, mm, HeadConfig(task="mlm"), init, tc.seed)
     V = model.mm.text_vocab_size
     items = [{"text": tok.encode(r.text), "words": cb.quantize(r.features)} for r in records]
-    tr, ev = split_eval(items, eval_fraction, seed)
+    tr, ev = split_eval(items, eval_fraction, tc.seed)
 
     def inst(it, words=None):
         return video_instance(it["text"], it["words"] if words is None else words, V, tok.sep_token_id, max_length)
 
     masker = token_masker(tok, model.config.vocab_size, mask_rate)
-    tc = run_train_config(out_dir, train)
     model.codebook = cb  # saved with every checkpoint and the final model
 
     def eval_fn(m):

@@ -22,11 +22,14 @@ from .hf import is_hf_visualbert
 from .loading import init_from_text, load_multimodal
 from .model import MultimodalModel, build_multimodal
 
-TRAIN_DEFAULTS = {"epochs": 10, "batch_size": 16, "lr": 1e-3, "warmup_ratio": 0.1, "log_every": 10, "keep_last": 1}
+# seed 0: the runs' own seed (weights, split) before the trainer's seed became the one seed of a run
+TRAIN_DEFAULTS = {"epochs": 10, "batch_size": 16, "lr": 1e-3, "warmup_ratio": 0.1, "log_every": 10, "keep_last": 1,
+                  "seed": 0}
 
 
 def default_train(**kw) -> TrainConfig:
-    """The multimodal runs' trainer defaults (small models on small feature sets), `kw` over them."""
+    """The multimodal runs' trainer defaults (small models on small feature sets), `kw` over them. Its seed is
+    the run's one seed: the trainer's, a new model's weights' and the evaluation split's."""
     return TrainConfig(**{**TRAIN_DEFAULTS, **kw})
 
 

@@ -33,8 +33,8 @@ class MultimodalRunConfig(RunOptions):
     default to AudioConfig's. `train`: the trainer's fields (multimodal.runs.TRAIN_DEFAULTS); its seed also
     draws a new model's weights and the evaluation split."""
 
-    # seed 0: what the runs' own seed was before train.seed became the one seed (`--seed` set both)
-    TRAIN_DEFAULTS: ClassVar[dict] = {**TRAIN_DEFAULTS, "seed": 0}
+    # seed 0 among them: what the runs' own seed was before train.seed became the one seed (`--seed` set both)
+    TRAIN_DEFAULTS: ClassVar[dict] = dict(TRAIN_DEFAULTS)
 
     modality: str
     features: str
@@ -56,8 +56,7 @@ class MultimodalRunConfig(RunOptions):
         """The keyword arguments pretrain_multimodal and finetune_multimodal share."""
         audio = {k: getattr(self, k) for k in ("sample_rate", "n_mels", "stack", "max_frames")}
         kw = dict(vocab=self.vocab, config=self.model_config, init=self.init, manifest=self.manifest,
-                  eval_fraction=self.eval_fraction, seed=self.train.seed, audio=AudioConfig(**audio), train=self.train,
-                  resume=self.resume)
+                  eval_fraction=self.eval_fraction, audio=AudioConfig(**audio), train=self.train, resume=self.resume)
         if self.max_length:
             kw["max_length"] = self.max_length
         return kw
