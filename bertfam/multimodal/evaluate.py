@@ -167,7 +167,7 @@ def evaluate_classify(model, examples: list[dict], tok, batch_size: int = 32, ab
 
 # ---------------------------------------------------------------- a saved model
 def evaluate_multimodal(model_dir: str, features_dir: str, manifest: Optional[str] = None, *, max_length: int = 128,
-                        doc_stride: int = 32, batch_size: int = 32, mask_rate: float = 0.15, seed: int = 0) -> dict:
+                        doc_stride: int = 32, batch_size: int = 32, mask_rate: float = 0.15) -> dict:
     """Evaluate a saved multimodal model on a feature directory (all records), with the shuffle ablation."""
     model = load_multimodal(model_dir)
     tok = model.tokenizer
