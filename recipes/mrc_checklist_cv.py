@@ -12,7 +12,8 @@ Every step is resumable: a fold whose predictions are on disk is not trained aga
 
 Usage: python recipes/mrc_checklist_cv.py --out runs/cv [--base models/mrc-zh-e5small-l6]
          [--data ../shared/data/mrc/dureader_checklist/dev_public.json] [--folds 5] [--steps 150]
-         [--extra robust:400] [--overlap-penalties 0,2,5] [--no-train] [--final] [--verifier DIR]
+         [--extra robust:400] [--overlap-penalties 0,2,5] [--extensions none,trim,clause,sentence]
+         [--lengths 8,16,24,32,48,64,96] [--no-train] [--final] [--verifier DIR]
 
 Decoding settings are answer length x extension x question-overlap penalty; the no-answer rules are the
 reader's (both / null / cls), the verifier's with --verifier, and "fused": the answerability model of
@@ -114,9 +115,29 @@ def train_one(args, train_exs, out_dir: str):
     return model
 
 
-def setting_names(penalties) -> list[str]:
+def setting_names(penalties, extensions=EXTENSIONS, lengths=LENGTHS) -> list[str]:
     """Every decoding setting: "EXT/LENGTH" and, with a question-overlap penalty, "EXT/LENGTH/qPENALTY"."""
-    return [f"{ext}/{L}" + (f"/q{q:g}" if q else "") for q in penalties for ext in EXTENSIONS for L in LENGTHS]
+    return [f"{ext}/{L}" + (f"/q{q:g}" if q else "") for q in penalties for ext in extensions for L in lengths]
+
+
+def search_space(args) -> tuple[list[float], tuple, tuple]:
+    """(penalties, extensions, lengths) the out-of-fold choice searches: --overlap-penalties, --extensions,
+    --lengths (each a comma list; an unknown extension or length stops here). Fewer choices select less noise
+    on ~113-question folds."""
+    def listed(flag, text, known, cast):
+        vals = tuple(cast(x) for x in text.split(",") if x.strip())
+        bad = [v for v in vals if v not in known]
+        if bad or not vals:
+            print(f"{flag}: {text!r}: each must be one of {', '.join(map(str, known))}", file=sys.stderr)
+            raise SystemExit(2)
+        return vals
+    try:
+        penalties = [float(x) for x in args.overlap_penalties.split(",")]
+        lengths = listed("--lengths", args.lengths, LENGTHS, int)
+    except ValueError as e:
+        print(f"--overlap-penalties / --lengths: not a number ({e})", file=sys.stderr)
+        raise SystemExit(2)
+    return penalties, listed("--extensions", args.extensions, EXTENSIONS, str), lengths
 
 
 def parse_setting(name: str) -> tuple[str, int, float]:
@@ -268,6 +289,11 @@ def main() -> int:
                          "adds the verifier and all rules")
     ap.add_argument("--overlap-penalties", default="0,2,5",
                     help="question-overlap penalties tried as decoding settings (comma list; 0: none)")
+    ap.add_argument("--extensions", default=",".join(EXTENSIONS),
+                    help="answer extensions tried as decoding settings (comma list of " + ", ".join(EXTENSIONS) + ")")
+    ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)),
+                    help="maximum answer lengths (tokens) tried as decoding settings (comma list of "
+                         + ", ".join(map(str, LENGTHS)) + ")")
     ap.add_argument("--no-train", action="store_true", help="score --base itself out of fold (no fine-tuning)")
     ap.add_argument("--members", default=None, metavar="RUN,RUN",
                     help="no training: score the logit-averaged ensemble of these runs' fold models out of fold")
@@ -276,11 +302,12 @@ def main() -> int:
                     help="with --final: DIR already holds the model this recipe trained on all folds (e.g. the "
                          "shipped one); only the out-of-fold choice is written into its config")
     args, exs, folds = start(ap)
+    penalties, extensions, lengths = search_space(args)
     atomic_write_text(os.path.join(args.out, "folds.json"),
                       json.dumps({e.qid: f for e, f in zip(exs, folds)}, indent=0) + "\n")
     rel = relevance_of(exs, args.verifier, os.path.join(args.out, "relevance.json"))
     rules = ("both", "null", "cls") + (("verifier", "all") if args.verifier else ())
-    penalties = [float(x) for x in args.overlap_penalties.split(",")]
+    searched = set(setting_names(penalties, extensions, lengths))
     extra = extra_examples(args.extra, args.seed) if args.extra and not (args.no_train or args.members) else []
     pieces: dict = {}
     only = {int(x) for x in args.only_folds.split(",")} if args.only_folds else set(range(args.folds))
@@ -297,7 +324,8 @@ def main() -> int:
                 model = trained_fold_model(args, f)
             save_candidates(path, raw_candidates(model, [exs[i] for i in idx], [rel[i] for i in idx], penalties))
             del model
-        pieces[f] = load_candidates(path, [rel[i] for i in idx])  # kept predictions get this run's verifier scores
+        pieces[f] = {k: v for k, v in load_candidates(path, [rel[i] for i in idx]).items()  # this run's verifier scores
+                     if k in searched}
     if len(pieces) < args.folds:
         print(f"{len(pieces)} of {args.folds} folds done; the out-of-fold table needs all", file=sys.stderr)
         return 0

@@ -214,6 +214,15 @@ def test_the_cross_validation_recipe_end_to_end(tmp_path):
     more = subprocess.run(cmd + ["--overlap-penalties", "0,2,5,9"], capture_output=True, text=True, timeout=300)
     assert more.returncode == 0 and "held out" in more.stderr and "trained" not in more.stderr, more.stderr[-2000:]
     assert "none/8/q9" in json.load(open(out / "fold0.raw.json"))
+    # a smaller search space: only its settings are chosen from, the kept fold files are reused as they are
+    small = subprocess.run(cmd + ["--extensions", "none", "--lengths", "16,48", "--overlap-penalties", "0"],
+                           capture_output=True, text=True, timeout=300)
+    assert small.returncode == 0 and "held out" not in small.stderr, small.stderr[-2000:]
+    chosen = {c["setting"] for rep in json.load(open(out / "cv.json"))["reports"]
+              for c in [rep["pooled"], *rep["folds"].values()]}
+    assert chosen and chosen <= {"none/16", "none/48"}, chosen
+    bad = subprocess.run(cmd + ["--extensions", "none,word"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("--extensions: 'none,word'")
 
 
 def test_the_verifier_cross_validation_recipe_feeds_the_reader_recipe(tmp_path):
