@@ -30,7 +30,7 @@ def main() -> None:
                               TrainingArguments)
 
     from bertfam.data.glue import find_task_files, read_glue
-    from bertfam.tasks.features import score
+    from bertfam.tasks.inputs import score
     from bertfam.tasks.table import get_task
 
     spec = get_task(a.task)

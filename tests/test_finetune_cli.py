@@ -322,26 +322,26 @@ class FakeKBert:
         return out
 
 
-def test_kbert_features_contract(tiny):
+def test_kbert_inputs_contract(tiny):
     from bertfam.data.ner import read_kbert_ner
     from bertfam.checkpoint import from_pretrained
-    from bertfam.tasks.features import FeatureBuilder, collect_labels
+    from bertfam.tasks.inputs import InputBuilder, collect_labels
     from bertfam.tasks.table import get_task
 
     spec = get_task("medical_ner")
     ex = read_kbert_ner(fx("kbert", "medical_ner.tsv"))
     labels = collect_labels(spec, ex)
     m = from_pretrained(tiny, task="token", labels=labels, num_labels=len(labels))
-    fb = FeatureBuilder(m.tokenizer, spec, labels, 64, kbert=FakeKBert(m.tokenizer))
-    feats = fb.build(ex)
-    f = feats[0]
-    assert f["labels"][2] == -100 and f["labels"][0] == -100  # injected token and [CLS] carry no label
-    assert f["labels"][1] == labels.index(ex[0].tags[0]) and f["labels"][3] == labels.index(ex[0].tags[1])
-    batch = fb.collate(feats[:3])
+    builder = InputBuilder(m.tokenizer, spec, labels, 64, kbert=FakeKBert(m.tokenizer))
+    inputs = builder.build(ex)
+    inp = inputs[0]
+    assert inp["labels"][2] == -100 and inp["labels"][0] == -100  # injected token and [CLS] carry no label
+    assert inp["labels"][1] == labels.index(ex[0].tags[0]) and inp["labels"][3] == labels.index(ex[0].tags[1])
+    batch = builder.collate(inputs[:3])
     assert batch["attention_mask"].dim() == 3 and "position_ids" in batch
     out = m(**batch)
     assert torch.isfinite(out.loss)
-    preds = fb.label_names(fb.predict(m, feats[:3]))
+    preds = builder.label_names(builder.predict(m, inputs[:3]))
     assert [len(p) for p in preds] == [len(e.tokens) for e in ex[:3]]  # injected tokens stripped
     # characters beyond the fake's 20-unit cut are predicted O
     assert all(t == "O" for p, e in zip(preds, ex[:3]) for t in p[20:])
@@ -362,7 +362,7 @@ def test_early_stopping_on_dev_metric(tiny, tmp_path):
 
 @pytest.mark.parametrize("n,width,overlap", [(5, 8, 0.5), (40, 8, 0.5), (41, 10, 0.25), (100, 7, 0.0)])
 def test_unit_windows_cover_without_splitting_units(n, width, overlap):
-    from bertfam.tasks.features import unit_windows
+    from bertfam.tasks.inputs import unit_windows
 
     rng = np.random.default_rng(n)
     src = np.repeat(np.arange(n), rng.integers(1, 3, n)).tolist()  # units of 1-2 tokens
@@ -384,7 +384,7 @@ def test_long_ner_sentence_is_windowed_and_merged(tiny):
     returns one tag per character, each from the window where it has the most context."""
     from bertfam.data.labelled import Example
     from bertfam.checkpoint import from_pretrained
-    from bertfam.tasks.features import FeatureBuilder
+    from bertfam.tasks.inputs import InputBuilder
     from bertfam.tasks.table import get_task
 
     spec = get_task("cluener")
@@ -392,25 +392,26 @@ def test_long_ner_sentence_is_windowed_and_merged(tiny):
     m = from_pretrained(tiny, task="token", labels=labels, num_labels=3)
     text = list("张三在北京大学读书，李四去了上海。" * 3)
     tags = ["B-name" if c in "张李" else "I-name" if c in "三四" else "O" for c in text]
-    fb = FeatureBuilder(m.tokenizer, spec, labels, 20)
-    feats = fb.build([Example("x", tokens=text, tags=tags), Example("y", tokens=list("王五"), tags=["B-name", "I-name"])])
-    wins = [f for f in feats if f["example"] == 0]
-    assert len(wins) >= 3 and all(f["length"] <= 20 for f in feats) and fb.windowed == 1
-    fb.build([Example("z", tokens=list("王五"), tags=["B-name", "I-name"])])
-    assert fb.windowed == 0  # counts are per build() call: the dev file is not charged with train's windows
-    for f in wins:  # every character in a window carries its own gold tag on its token
-        for j, ti in enumerate(f["first"]):
+    builder = InputBuilder(m.tokenizer, spec, labels, 20)
+    inputs = builder.build([Example("x", tokens=text, tags=tags),
+                            Example("y", tokens=list("王五"), tags=["B-name", "I-name"])])
+    wins = [inp for inp in inputs if inp["example"] == 0]
+    assert len(wins) >= 3 and all(inp["length"] <= 20 for inp in inputs) and builder.windowed == 1
+    builder.build([Example("z", tokens=list("王五"), tags=["B-name", "I-name"])])
+    assert builder.windowed == 0  # counts are per build() call: the dev file is not charged with train's windows
+    for inp in wins:  # every character in a window carries its own gold tag on its token
+        for j, ti in enumerate(inp["first"]):
             if ti >= 0:
-                assert labels[f["labels"][ti]] == tags[j]
-    assert set().union(*[{j for j, ti in enumerate(f["first"]) if ti >= 0} for f in wins]) == set(range(len(text)))
-    preds = fb.predict(m, feats)
+                assert labels[inp["labels"][ti]] == tags[j]
+    assert set().union(*[{j for j, ti in enumerate(inp["first"]) if ti >= 0} for inp in wins]) == set(range(len(text)))
+    preds = builder.predict(m, inputs)
     assert [len(p) for p in preds] == [len(text), 2]
     # merge rule on fake per-window outputs: window w predicts tag id w for all its characters
-    fake = [[k] * len(f["first"]) for k, f in enumerate(feats)]
-    merged = fb._merge_windows(feats, fake)
+    fake = [[k] * len(inp["first"]) for k, inp in enumerate(inputs)]
+    merged = builder._merge_windows(inputs, fake)
     for j in range(len(text)):
-        cands = [(min(f["first"][j] - 1, f["length"] - 2 - f["first"][j]), k)
-                 for k, f in enumerate(wins) if f["first"][j] >= 0]
+        cands = [(min(inp["first"][j] - 1, inp["length"] - 2 - inp["first"][j]), k)
+                 for k, inp in enumerate(wins) if inp["first"][j] >= 0]
         assert merged[0][j] == max(cands, key=lambda c: (c[0], -c[1]))[1]
 
 

@@ -70,10 +70,10 @@ def test_mrc_predictor_swaps_as_an_entry_point_unless_told_not_to(swapped):
 
 
 def test_a_finetuning_evaluation_never_swaps(swapped):
-    """FeatureBuilder.predict is what fine-tuning's (and distillation's) evaluation runs on the model in
+    """InputBuilder.predict is what fine-tuning's (and distillation's) evaluation runs on the model in
     training: it runs the model as given and gives it back in the mode it had."""
     from bertfam.data.labelled import Example
-    from bertfam.tasks.features import FeatureBuilder
+    from bertfam.tasks.inputs import InputBuilder
     from bertfam.tasks.table import get_task
 
     tok = Tokenizer.from_vocab(ZH_VOCAB)
@@ -82,9 +82,9 @@ def test_a_finetuning_evaluation_never_swaps(swapped):
                          head=HeadConfig(task="token", num_labels=3, labels=labels))
     model = bertfam.build_model(cfg, seed=0).train()
     before = _modules(model)
-    fb = FeatureBuilder(tok, get_task("cluener"), labels, 32)
-    feats = fb.build([Example("x", tokens=list("张三在北京"), tags=["B-name", "I-name", "O", "O", "O"])])
-    assert len(fb.predict(model, feats)) == 1
+    builder = InputBuilder(tok, get_task("cluener"), labels, 32)
+    inputs = builder.build([Example("x", tokens=list("张三在北京"), tags=["B-name", "I-name", "O", "O", "O"])])
+    assert len(builder.predict(model, inputs)) == 1
     assert model.training and swapped == []
     _plain_and_same(model, before)
 

@@ -180,26 +180,27 @@ def test_cli_show(tmp_path, capsys):
     assert main(["kbert", "show", "--kg", str(tmp_path / "none.spo"), "--tokenizer", str(tok_dir), "x"]) == 2
 
 
-def test_finetune_features_ignore_injected_tokens(tok):
-    """Integration with the fine-tuning features: NER labels of injected tokens are ignored and stripped."""
+def test_finetune_inputs_ignore_injected_tokens(tok):
+    """Integration with the fine-tuning inputs (tasks.inputs.InputBuilder): NER labels of injected tokens are
+    ignored and stripped."""
     from bertfam import HeadConfig
     from bertfam.data.ner import read_kbert_ner
-    from bertfam.tasks.features import FeatureBuilder, collect_labels
+    from bertfam.tasks.inputs import InputBuilder, collect_labels
     from bertfam.tasks.table import get_task
 
     spec = get_task("medical_ner")
     ex = read_kbert_ner(os.path.join(KB, "medical_ner.tsv"))
     labels = collect_labels(spec, ex)
     kg = KnowledgeGraph.load(os.path.join(KB, "medical.spo"))
-    fb = FeatureBuilder(tok, spec, labels, 128, KBertInputBuilder(tok, kg, 128))
-    feats = fb.build(ex)
-    batch = fb.collate(feats)
+    builder = InputBuilder(tok, spec, labels, 128, KBertInputBuilder(tok, kg, 128))
+    inputs = builder.build(ex)
+    batch = builder.collate(inputs)
     assert batch["attention_mask"].dim() == 3 and "position_ids" in batch
     inj = torch.zeros_like(batch["labels"], dtype=torch.bool)
-    for i, f in enumerate(feats):
-        inj[i, : len(f["enc"]["injected"])] = torch.tensor(f["enc"]["injected"], dtype=torch.bool)
+    for i, inp in enumerate(inputs):
+        inj[i, : len(inp["enc"]["injected"])] = torch.tensor(inp["enc"]["injected"], dtype=torch.bool)
     assert inj.any() and bool((batch["labels"][inj] == -100).all())
     cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=1, max_position_embeddings=128,
                  head=HeadConfig(task="token", num_labels=len(labels)))
-    preds = fb.predict(build_model(cfg, seed=0), feats)
+    preds = builder.predict(build_model(cfg, seed=0), inputs)
     assert [len(p) for p in preds] == [len(e.tokens) for e in ex]  # one tag per character, none injected

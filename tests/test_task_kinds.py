@@ -1,6 +1,6 @@
 """The task kind registry (bertfam/tasks/kinds.py): every name of a kind means that kind, every head, pipeline
 and HTTP endpoint has its kind, an unknown name is one ConfigError line, and a kind registered from outside
-is picked up by the task table, the features, the pipelines and the endpoint lookup (adding a kind is one
+is picked up by the task table, the model inputs, the pipelines and the endpoint lookup (adding a kind is one
 entry). Also: no `kind ==` branch is left where the registry answers."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from bertfam.data.labelled import Example
 from bertfam.errors import ConfigError
 from bertfam.modeling.heads import HEADS
 from bertfam.tasks import kinds, pipelines
-from bertfam.tasks.features import FeatureBuilder, collect_labels, gold
+from bertfam.tasks.inputs import InputBuilder, collect_labels, gold
 from bertfam.tasks.kinds import (KINDS, TaskKind, endpoint_kind, endpoints, kind_of_head, pipeline_kind,
                                  pipeline_names, register_kind, table_kind, task_kind)
 from bertfam.tasks.pipelines import ClassificationPipeline, Pipeline
@@ -155,10 +155,10 @@ def test_a_kind_registered_from_outside_is_picked_up_everywhere(yes_no, tmp_path
     labels = collect_labels(spec, [])
     assert labels == ["no", "yes"] and gold(examples, spec) == ["yes", "no", "yes"]
     model = _model()
-    fb = FeatureBuilder(model.tokenizer, spec, labels, max_length=16)
-    feats = fb.build(examples)
-    assert fb.collate(feats)["labels"].tolist() == [1, 0, 1]
-    names = fb.label_names(fb.predict(model, feats))
+    builder = InputBuilder(model.tokenizer, spec, labels, max_length=16)
+    inputs = builder.build(examples)
+    assert builder.collate(inputs)["labels"].tolist() == [1, 0, 1]
+    names = builder.label_names(builder.predict(model, inputs))
     assert len(names) == 3 and set(names) <= {"NO", "YES"}
     # the task table's custom tasks and `finetune --kind` take it
     (tmp_path / "d.tsv").write_text("text\tlabel\n好\tyes\n", encoding="utf-8")
@@ -183,7 +183,7 @@ def test_a_kind_registered_in_a_test_is_gone_after_it():
 
 
 # ------------------------------------------------------------------ no branches left
-@pytest.mark.parametrize("rel", ["bertfam/tasks/features.py", "bertfam/runners/finetune.py",
+@pytest.mark.parametrize("rel", ["bertfam/tasks/inputs.py", "bertfam/runners/finetune.py",
                                  "bertfam/serving/app.py", "bertfam/serving/service.py", "bertfam/tasks/table.py",
                                  "bertfam/tasks/pipelines.py"])
 def test_no_kind_branches_where_the_registry_answers(rel):

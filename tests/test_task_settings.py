@@ -90,10 +90,10 @@ def test_mrc_pipeline_uses_the_models_windows_else_the_defaults():
 def test_finetune_defaults_are_defined_once():
     from bertfam.cli import build_parser
     from bertfam.runners.finetune import FinetuneOptions
-    from bertfam.tasks.features import FeatureBuilder
+    from bertfam.tasks.inputs import InputBuilder
 
     assert FinetuneOptions().max_length == FinetuneSettings.max_length == 128
-    assert inspect.signature(FeatureBuilder).parameters["max_length"].default == FinetuneSettings.max_length
+    assert inspect.signature(InputBuilder).parameters["max_length"].default == FinetuneSettings.max_length
     args = build_parser().parse_args(["finetune", "--task", "sst2", "--model", "m", "--train", "t", "--out", "o"])
     args.func.merge(args)  # the command line's defaults come in with the run file's values
     assert args.max_length == FinetuneSettings.max_length

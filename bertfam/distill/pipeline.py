@@ -103,7 +103,7 @@ def distill_task(teacher_dir: str, student_spec: str, task: str, train_path: str
                  max_dev: Optional[int] = None, train: Optional[TrainConfig] = None) -> dict:
     """`train`: the trainer's settings of both stages (default TrainConfig(); each stage has its own out_dir
     under `out_dir` and its epochs); its seed also draws the training subset and a new student."""
-    from ..tasks.features import FeatureBuilder, collect_labels, gold, lengths, score
+    from ..tasks.inputs import InputBuilder, collect_labels, gold, lengths, score
     from ..tasks.table import get_task
 
     base = train if train is not None else TrainConfig()
@@ -119,16 +119,16 @@ def distill_task(teacher_dir: str, student_spec: str, task: str, train_path: str
         train_ex = random.Random(seed).sample(train_ex, max_train)
     labels = list(teacher.config.head.labels) or collect_labels(spec, train_ex)
     student = build_student(student_spec, teacher, teacher.config.head, seed)
-    fb = FeatureBuilder(tok, spec, labels, max_length)
+    builder = InputBuilder(tok, spec, labels, max_length)
     dev_ex = spec.read(dev_path)[:max_dev] if dev_path else []
-    dev_feats = fb.build(dev_ex) if dev_ex else []
+    dev_inputs = builder.build(dev_ex) if dev_ex else []
 
     def evaluate(model) -> dict:
-        preds = fb.predict(model, dev_feats)
-        return score(spec, fb.label_names(preds), gold(dev_ex, spec))
+        preds = builder.predict(model, dev_inputs)
+        return score(spec, builder.label_names(preds), gold(dev_ex, spec))
 
     stage1_ex = augmenter(train_ex) if augmenter is not None else train_ex
-    feats1 = fb.build(stage1_ex)
+    inputs1 = builder.build(stage1_ex)
     summary = {"mode": "task", "task": task, "teacher": teacher_dir, "student": student_spec,
                "train_examples": len(train_ex), "stage1_examples": len(stage1_ex), "dev_examples": len(dev_ex)}
     if epochs_intermediate > 0:
@@ -136,17 +136,17 @@ def distill_task(teacher_dir: str, student_spec: str, task: str, train_path: str
                                                           projection=projection))
         tc = dataclasses.replace(base, out_dir=os.path.join(out_dir, "stage1-intermediate"),
                                  epochs=epochs_intermediate)
-        r = _run_distillation(dm, tc, feats1, fb.collate, lengths=lengths(feats1))
+        r = _run_distillation(dm, tc, inputs1, builder.collate, lengths=lengths(inputs1))
         summary["stage1"] = {"steps": r["steps"], "elapsed_s": r["elapsed_s"]}
     if epochs_prediction > 0:
-        feats2 = feats1 if augmenter is not None else fb.build(train_ex)
+        inputs2 = inputs1 if augmenter is not None else builder.build(train_ex)
         dm = DistillModel(student, teacher, DistillConfig(stage="prediction", temperature=temperature))
         tc = dataclasses.replace(base, out_dir=os.path.join(out_dir, "stage2-prediction"), epochs=epochs_prediction)
-        r = _run_distillation(dm, tc, feats2, fb.collate, (lambda m: evaluate(m.student)) if dev_feats else None,
-                   lengths(feats2))
+        r = _run_distillation(dm, tc, inputs2, builder.collate, (lambda m: evaluate(m.student)) if dev_inputs else None,
+                   lengths(inputs2))
         summary["stage2"] = {"steps": r["steps"], "elapsed_s": r["elapsed_s"]}
     student.eval().save_pretrained(out_dir, tok)
-    if dev_feats:
+    if dev_inputs:
         summary["teacher_dev"], summary["teacher_infer_s"] = _timed(evaluate, teacher)
         summary["student_dev"], summary["student_infer_s"] = _timed(evaluate, student)
         summary["speedup"] = summary["teacher_infer_s"] / max(summary["student_infer_s"], 1e-9)

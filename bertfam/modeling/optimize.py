@@ -10,7 +10,7 @@ layer by its ModuleList index) and the old object keeps its class (no `__class__
 Called explicitly at prediction entry points only, never on a model in training: the pipelines
 (tasks/pipelines.py, hence `serve`), MRCPredictor (optimize=True; train_mrc passes False), the verifier,
 embed_texts, runners' evaluate / predict / demos, the distillation teacher and the MLM augmenter. Training's
-own evaluations (tasks/features.py `FeatureBuilder.predict`, the MRC dev evaluation) run the model as is.
+own evaluations (tasks/inputs.py `InputBuilder.predict`, the MRC dev evaluation) run the model as is.
 
 Buffer reuse (the default). BERT-base at 8 x 128 tokens allocates a 12.6 MB FFN activation, a 9.4 MB
 fused QKV output and a few 3 MB tensors in every layer. glibc serves blocks that large with fresh mmap'd

@@ -32,7 +32,7 @@ from ..data.labelled import Example
 from ..data.splits import dev_split
 from ..errors import ConfigError, DataError
 from ..modeling.optimize import optimize_for_inference
-from ..tasks.features import FeatureBuilder, collect_labels, gold, lengths, score
+from ..tasks.inputs import InputBuilder, collect_labels, gold, lengths, score
 from ..tasks.kinds import table_kinds
 from ..tasks.table import TaskSpec, custom_task, get_task
 from ..training import TrainConfig, Trainer
@@ -204,7 +204,7 @@ def _kbert_inputs(tokenizer, kg_paths, max_length):
     return KBertInputBuilder(tokenizer, kg, max_length)
 
 
-def _build_reporting_kbert(builder: FeatureBuilder, examples: list, what: str) -> list:
+def _build_reporting_kbert(builder: InputBuilder, examples: list, what: str) -> list:
     """builder.build(examples), plus one console line on how much knowledge K-BERT injected: a graph
     whose subjects never match the segmented text trains plain BERT without any other sign."""
     enc = builder.kbert
@@ -212,13 +212,13 @@ def _build_reporting_kbert(builder: FeatureBuilder, examples: list, what: str) -
         return builder.build(examples)
     keys = ("sentences", "sentences_with_entities", "injected_entities", "dropped_entities")
     before = {k: enc.stats[k] for k in keys}
-    feats = builder.build(examples)
+    inputs = builder.build(examples)
     n = {k: enc.stats[k] - before[k] for k in keys}
     logging.getLogger("bertfam.progress").info(
         "K-BERT %s: %d sentences, %d with at least one injected entity, %d entities injected (%d left out: "
         "no room within max_length)", what, n["sentences"], n["sentences_with_entities"], n["injected_entities"],
         n["dropped_entities"])
-    return feats
+    return inputs
 
 
 # ---------------------------------------------------------------------- fine-tune
@@ -241,15 +241,15 @@ def run_finetune(cfg: FinetuneRunConfig) -> dict:
     if cfg.resume:
         _check_resumable(out, spec, labels)
     model = _finetune_model(cfg, spec, labels, info, label_descriptions(train_ex, labels))
-    builder = FeatureBuilder(model.tokenizer, spec, labels, cfg.max_length,
-                             _kbert_inputs(model.tokenizer, cfg.kg, cfg.max_length))
-    train_f = _build_reporting_kbert(builder, train_ex, "train")
-    dev_f = _build_reporting_kbert(builder, dev_ex, "dev")
+    builder = InputBuilder(model.tokenizer, spec, labels, cfg.max_length,
+                           _kbert_inputs(model.tokenizer, cfg.kg, cfg.max_length))
+    train_inputs = _build_reporting_kbert(builder, train_ex, "train")
+    dev_inputs = _build_reporting_kbert(builder, dev_ex, "dev")
 
     kept: dict = {}  # predictions of the best evaluation so far (same rule as the trainer: strictly better)
 
     def eval_fn(m) -> dict:
-        names = builder.label_names(builder.predict(m, dev_f, batch_size=2 * cfg.train.batch_size))
+        names = builder.label_names(builder.predict(m, dev_inputs, batch_size=2 * cfg.train.batch_size))
         metrics = score(spec, names, gold(dev_ex, spec))
         if "metrics" not in kept or metrics[spec.headline] > kept["metrics"][spec.headline]:
             kept.update(names=names, metrics=metrics)
@@ -257,14 +257,14 @@ def run_finetune(cfg: FinetuneRunConfig) -> dict:
 
     tc = dataclasses.replace(cfg.train, out_dir=out, metric_for_best=spec.headline, greater_is_better=True,
                              save_final=cfg.train.checkpoints)
-    trainer = Trainer(model.train(), tc, train_f, builder.collate, eval_fn=eval_fn, lengths=lengths(train_f),
+    trainer = Trainer(model.train(), tc, train_inputs, builder.collate, eval_fn=eval_fn, lengths=lengths(train_inputs),
                       tokenizer=model.tokenizer)
     summary = trainer.train(resume_from=out if cfg.resume else None)
     best_here = "names" in kept and kept["metrics"][spec.headline] == summary["best"]  # not a resumed run's older best
     if _keep_best(model, out) and best_here:  # the best evaluation's predictions are those of out/best
         names, metrics = kept["names"], kept["metrics"]
     else:
-        names = builder.label_names(builder.predict(model, dev_f, batch_size=2 * cfg.train.batch_size))
+        names = builder.label_names(builder.predict(model, dev_inputs, batch_size=2 * cfg.train.batch_size))
         metrics = score(spec, names, gold(dev_ex, spec))
     result = {"task": spec.name, "metric": spec.headline, "value": metrics[spec.headline], "scale": METRIC_SCALE,
               "metrics": metrics,
@@ -375,7 +375,7 @@ def _keep_best(model, out: str) -> bool:
 
 # ---------------------------------------------------------------------- evaluate / predict
 def _load_finetuned(cfg: Union[EvaluateConfig, PredictConfig]):
-    """(model, its TaskSpec, a FeatureBuilder) of a fine-tuned directory, ready to predict."""
+    """(model, its TaskSpec, an InputBuilder) of a fine-tuned directory, ready to predict."""
     model = optimize_for_inference(from_pretrained(cfg.model), int8=cfg.int8)
     spec = get_task(cfg.task) if cfg.task else task_from_config(model.config)
     if model.task != spec.head:
@@ -383,8 +383,8 @@ def _load_finetuned(cfg: Union[EvaluateConfig, PredictConfig]):
     saved = model.config.head.finetune or FinetuneSettings(task=spec.name)  # --task on a model without the record
     L = fit_max_length(model.config, cfg.max_length or saved.max_length)  # as embed: clamped
     kg = cfg.kg or saved.kg
-    builder = FeatureBuilder(model.tokenizer, spec, list(model.config.head.labels), L,
-                             _kbert_inputs(model.tokenizer, kg, L))
+    builder = InputBuilder(model.tokenizer, spec, list(model.config.head.labels), L,
+                           _kbert_inputs(model.tokenizer, kg, L))
     return model, spec, builder
 
 

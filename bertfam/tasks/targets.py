@@ -4,7 +4,7 @@ layout of a predictions file.
 
 One `Targets` per task kind that fine-tunes (`tasks/kinds.py` holds it in the kind's entry): `Targets` itself
 is single-label classification, `RegressionTargets` a score, `TokenTargets` a tag per unit (character).
-`tasks/features.py` (FeatureBuilder) and `runners/finetune.py` call these methods and never ask which kind
+`tasks/inputs.py` (InputBuilder) and `runners/finetune.py` call these methods and never ask which kind
 they run, so a new kind brings its own subclass in its entry and nothing else changes.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ class Targets:
     """Single-label classification: one label per example, from a list of label names."""
 
     # False: one target per example (the text or text pair is tokenized as a whole). True: one target per
-    # unit of a pre-tokenized example (a character), built in windows (FeatureBuilder._token_features)
+    # unit of a pre-tokenized example (a character), built in windows (InputBuilder._token_inputs)
     per_unit = False
     named = True  # predictions are label names (a model's labels); False: numbers, every gold value is known
     metric, headline = "accuracy", "accuracy"  # a custom task's (the task table names its own rows')
@@ -43,17 +43,17 @@ class Targets:
         return ex.label
 
     def encode(self, ex: Example, labels: list, label_id: dict):
-        """The target of a whole-example feature (per_unit False)."""
+        """The target of a whole-example input (per_unit False)."""
         if ex.label not in label_id:
             raise DataError(f"{ex.source}: label {ex.label!r} not among the model's labels {labels}")
         return label_id[ex.label]
 
-    def collate(self, feats: Sequence[dict], T: int) -> torch.Tensor:
-        """The batch's `labels` tensor from its features' targets (T: the batch's padded length)."""
-        return torch.tensor([f["labels"] for f in feats], dtype=torch.long)  # (B,)
+    def collate(self, inputs: Sequence[dict], T: int) -> torch.Tensor:
+        """The batch's `labels` tensor from its inputs' targets (T: the batch's padded length)."""
+        return torch.tensor([inp["labels"] for inp in inputs], dtype=torch.long)  # (B,)
 
-    def decode(self, logits: torch.Tensor, feat: dict, label_id: dict):
-        """One feature's prediction from its logits (a label id here)."""
+    def decode(self, logits: torch.Tensor, inp: dict, label_id: dict):
+        """One input's prediction from its logits (a label id here)."""
         return int(logits.argmax(-1))
 
     def names(self, preds: list, labels: list) -> list:
@@ -101,10 +101,10 @@ class RegressionTargets(Targets):
     def encode(self, ex, labels, label_id):
         return float(ex.label)
 
-    def collate(self, feats, T):
-        return torch.tensor([f["labels"] for f in feats], dtype=torch.float32)  # (B,)
+    def collate(self, inputs, T):
+        return torch.tensor([inp["labels"] for inp in inputs], dtype=torch.float32)  # (B,)
 
-    def decode(self, logits, feat, label_id):
+    def decode(self, logits, inp, label_id):
         return float(logits.reshape(-1)[0])
 
     def names(self, preds, labels):
@@ -130,16 +130,16 @@ class TokenTargets(Targets):
     def gold(self, ex):
         return ex.tags
 
-    def collate(self, feats, T):
-        lab = torch.full((len(feats), T), IGNORE, dtype=torch.long)  # (B, T)
-        for i, f in enumerate(feats):
-            lab[i, :len(f["labels"])] = torch.tensor(f["labels"])
+    def collate(self, inputs, T):
+        lab = torch.full((len(inputs), T), IGNORE, dtype=torch.long)  # (B, T)
+        for i, inp in enumerate(inputs):
+            lab[i, :len(inp["labels"])] = torch.tensor(inp["labels"])
         return lab
 
-    def decode(self, logits, feat, label_id):
+    def decode(self, logits, inp, label_id):
         tok_pred = logits.argmax(-1).tolist()  # (T,)
         o = label_id.get("O", 0)  # characters without a token are predicted O
-        return [tok_pred[ti] if ti >= 0 else o for ti in feat["first"]]
+        return [tok_pred[ti] if ti >= 0 else o for ti in inp["first"]]
 
     def names(self, preds, labels):
         return [[labels[i] for i in p] for p in preds]

@@ -1,4 +1,4 @@
-"""Examples -> model features -> batches, and model outputs -> predictions, for every task kind that the
+"""Examples -> model inputs -> batches, and model outputs -> predictions, for every task kind that the
 task table fine-tunes. What differs by kind (labels, targets, decoding, names) is the kind's `Targets`
 (tasks/targets.py, in its tasks/kinds.py entry); this module asks it and never which kind it runs.
 
@@ -6,10 +6,10 @@ Sequence tasks: [CLS] a [SEP] (b [SEP]) truncated longest-first to max_length; b
 longest member (dynamic padding). Token tasks: each character (unit) is one pre-tokenized word; its
 first piece carries the tag, other pieces and specials -100. A sentence longer than max_length is cut into
 overlapping windows (never inside a unit; consecutive windows share `window_overlap` of their tokens):
-each window is a training feature, and at prediction time each character takes its tag from the window
+each window is one training input, and at prediction time each character takes its tag from the window
 where it has the most context on both sides. Characters that tokenize to nothing are predicted "O".
-With a K-BERT encoder, features carry soft position_ids and the (T, T) visible matrix, passed to the
-model as a (B, T, T) attention_mask; injected tokens get -100.
+With K-BERT (`kbert`: a knowledge.KBertInputBuilder), inputs carry soft position_ids and the (T, T) visible
+matrix, passed to the model as a (B, T, T) attention_mask; injected tokens get -100.
 """
 from __future__ import annotations
 
@@ -34,7 +34,10 @@ def collect_labels(spec: TaskSpec, examples: Sequence[Example]) -> list[str]:
     return spec.task_kind.targets.collect(spec.labels, examples)
 
 
-class FeatureBuilder:
+class InputBuilder:
+    """A task's examples -> model inputs (one dict per example, or per window of a long token-task example)
+    -> padded batches (`collate`), and the model's outputs on them -> predictions (`predict`)."""
+
     def __init__(self, tokenizer, spec: TaskSpec, labels: list[str], max_length: int = FinetuneSettings.max_length, kbert=None,
                  window_overlap: float = 0.5):
         if tokenizer is None:
@@ -53,28 +56,28 @@ class FeatureBuilder:
     def build(self, examples: Sequence[Example], with_labels: bool = True) -> list[dict]:
         self.truncated = self.windowed = 0  # counts of this call (train and dev are built by one builder)
         if self.targets.per_unit:
-            feats = self._token_features(examples, with_labels)
+            inputs = self._token_inputs(examples, with_labels)
         else:
-            feats = self._sequence_features(examples, with_labels)
+            inputs = self._sequence_inputs(examples, with_labels)
         if self.truncated:
             log.info("%d of %d examples truncated to %d tokens", self.truncated, len(examples), self.max_length)
         if self.windowed:
             log.info("%d of %d examples longer than %d tokens: %d windows in all", self.windowed, len(examples),
-                     self.max_length, len(feats))
-        return feats
+                     self.max_length, len(inputs))
+        return inputs
 
     def _label(self, ex: Example, with_labels: bool):
         if not with_labels or ex.label is None:
             return None
         return self.targets.encode(ex, self.labels, self.label_id)
 
-    def _sequence_features(self, examples, with_labels) -> list[dict]:
-        feats = []
+    def _sequence_inputs(self, examples, with_labels) -> list[dict]:
+        inputs = []
         if self.kbert is not None:
             for ex in examples:
                 e = self.kbert.encode(ex.text_a, ex.text_b)
-                feats.append({"enc": e, "labels": self._label(ex, with_labels), "length": len(e["input_ids"])})
-            return feats
+                inputs.append({"enc": e, "labels": self._label(ex, with_labels), "length": len(e["input_ids"])})
+            return inputs
         for s in range(0, len(examples), 2048):  # the Rust tokenizer batches in parallel
             chunk = examples[s:s + 2048]
             pairs = [ex.text_b for ex in chunk] if chunk[0].text_b is not None else None
@@ -84,9 +87,9 @@ class FeatureBuilder:
                            padding=False, return_tensors=None)
             for ex, ids, tt, e in zip(chunk, enc["input_ids"], enc["token_type_ids"], enc.encodings):
                 self.truncated += bool(e.overflowing)
-                feats.append({"input_ids": ids, "token_type_ids": tt, "labels": self._label(ex, with_labels),
-                              "length": len(ids)})
-        return feats
+                inputs.append({"input_ids": ids, "token_type_ids": tt, "labels": self._label(ex, with_labels),
+                               "length": len(ids)})
+        return inputs
 
     def _pretokenizer(self):
         """A private copy of the Rust tokenizer without truncation state (we cut token lists ourselves)."""
@@ -106,14 +109,14 @@ class FeatureBuilder:
             raise DataError(f"{ex.source}: tag {bad[0]!r} not among the model's tags")
         return [self.label_id[t] for t in ex.tags]
 
-    def _token_features(self, examples, with_labels) -> list[dict]:
-        feats = []
+    def _token_inputs(self, examples, with_labels) -> list[dict]:
+        inputs = []
         if self.kbert is not None:
             for ex in examples:
                 e = self.kbert.encode(list(ex.tokens))
                 src = e["source_index"]
-                feats.append(self._align(ex, src, with_labels, {"enc": e}))
-            return feats
+                inputs.append(self._align(ex, src, with_labels, {"enc": e}))
+            return inputs
         tok = self._pretokenizer()
         for s in range(0, len(examples), 2048):
             chunk = examples[s:s + 2048]
@@ -124,12 +127,12 @@ class FeatureBuilder:
                 self.windowed += len(spans) > 1
                 for a, b in spans:  # body tokens [a, b) between [CLS] and [SEP]
                     w_src = [-1] + src[1 + a:1 + b] + [-1]
-                    feat = {"input_ids": [ids[0]] + ids[1 + a:1 + b] + [ids[-1]],
-                            "token_type_ids": [tt[0]] + tt[1 + a:1 + b] + [tt[-1]], "example": s + k}
-                    feats.append(self._align(ex, w_src, with_labels, feat))
-        return feats
+                    inp = {"input_ids": [ids[0]] + ids[1 + a:1 + b] + [ids[-1]],
+                           "token_type_ids": [tt[0]] + tt[1 + a:1 + b] + [tt[-1]], "example": s + k}
+                    inputs.append(self._align(ex, w_src, with_labels, inp))
+        return inputs
 
-    def _align(self, ex: Example, src: list, with_labels: bool, feat: dict) -> dict:
+    def _align(self, ex: Example, src: list, with_labels: bool, inp: dict) -> dict:
         """Tag of a character on its first token; -100 elsewhere. first[j] = token of character j (-1: none)."""
         n = len(ex.tokens)
         first = [-1] * n
@@ -143,32 +146,32 @@ class FeatureBuilder:
             for j, ti in enumerate(first):
                 if ti >= 0:
                     labels[ti] = tag_ids[j]
-        feat.update(labels=labels, first=first, length=len(src))
-        return feat
+        inp.update(labels=labels, first=first, length=len(src))
+        return inp
 
     # ------------------------------------------------------------------ batching
-    def collate(self, feats: Sequence[dict]) -> dict:
+    def collate(self, inputs: Sequence[dict]) -> dict:
         """Model kwargs: input_ids/token_type_ids (B, T), attention_mask (B, T) or (B, T, T), labels."""
         if self.kbert is not None:
-            batch = self.kbert.collate([f["enc"] for f in feats])
+            batch = self.kbert.collate([inp["enc"] for inp in inputs])
         else:
-            T = max(f["length"] for f in feats)
-            B = len(feats)
+            T = max(inp["length"] for inp in inputs)
+            B = len(inputs)
             batch = {"input_ids": torch.full((B, T), self.tok.pad_token_id, dtype=torch.long),
                      "token_type_ids": torch.zeros((B, T), dtype=torch.long),
                      "attention_mask": torch.zeros((B, T), dtype=torch.long)}
-            for i, f in enumerate(feats):
-                n = f["length"]
-                batch["input_ids"][i, :n] = torch.tensor(f["input_ids"])
-                batch["token_type_ids"][i, :n] = torch.tensor(f["token_type_ids"])
+            for i, inp in enumerate(inputs):
+                n = inp["length"]
+                batch["input_ids"][i, :n] = torch.tensor(inp["input_ids"])
+                batch["token_type_ids"][i, :n] = torch.tensor(inp["token_type_ids"])
                 batch["attention_mask"][i, :n] = 1
-        if feats[0]["labels"] is not None:
-            batch["labels"] = self.targets.collate(feats, batch["input_ids"].shape[1])
+        if inputs[0]["labels"] is not None:
+            batch["labels"] = self.targets.collate(inputs, batch["input_ids"].shape[1])
         return batch
 
     # ------------------------------------------------------------------ inference
     @torch.no_grad()
-    def predict(self, model, feats: Sequence[dict], batch_size: int = 64, progress: bool = False) -> list:
+    def predict(self, model, inputs: Sequence[dict], batch_size: int = 64, progress: bool = False) -> list:
         """Per example: class id / score / list of tag ids over the characters (no labels needed);
         the windows of a long token-task example are merged back into one tag list. The model runs as
         given (`run_evaluate` / `run_predict` in runners/finetune.py optimize_for_inference it first; a model
@@ -179,32 +182,32 @@ class FeatureBuilder:
         device = next(model.parameters()).device
         was = model.training
         model.eval()  # no inference swap here: training evaluates through this (entry points swap first)
-        out: list = [None] * len(feats)
-        with Progress(len(feats), "predict", unit="inputs", enabled=progress) as bar:
-            for idx in length_batches(lengths(feats), batch_size):  # longest first: little padding
-                batch = self.collate([dict(feats[i], labels=None) for i in idx])
+        out: list = [None] * len(inputs)
+        with Progress(len(inputs), "predict", unit="inputs", enabled=progress) as bar:
+            for idx in length_batches(lengths(inputs), batch_size):  # longest first: little padding
+                batch = self.collate([dict(inputs[i], labels=None) for i in idx])
                 batch = {k: v.to(device) for k, v in batch.items()}
                 logits = model(**batch).logits.float().cpu()
                 for k, i in enumerate(idx):
-                    out[i] = self.targets.decode(logits[k], feats[i], self.label_id)
+                    out[i] = self.targets.decode(logits[k], inputs[i], self.label_id)
                 bar.update(len(idx))
         model.train(was)
-        if feats and "example" in feats[0]:  # per-unit features in windows (_token_features)
-            return self._merge_windows(feats, out)
+        if inputs and "example" in inputs[0]:  # per-unit inputs in windows (_token_inputs)
+            return self._merge_windows(inputs, out)
         return out
 
-    def _merge_windows(self, feats: Sequence[dict], per_window: list) -> list:
+    def _merge_windows(self, inputs: Sequence[dict], per_window: list) -> list:
         """One tag list per example: each character from the window where its token has the most context
         (the smaller of its distances to the window's two ends), as in BERT's SQuAD max-context rule."""
         merged: dict = {}
         best: dict = {}
         o = self.label_id.get("O", 0)
-        for f, tags in zip(feats, per_window):
-            ex = f["example"]
+        for inp, tags in zip(inputs, per_window):
+            ex = inp["example"]
             if ex not in merged:
-                merged[ex], best[ex] = [o] * len(f["first"]), [-1] * len(f["first"])
-            n = f["length"]
-            for j, ti in enumerate(f["first"]):
+                merged[ex], best[ex] = [o] * len(inp["first"]), [-1] * len(inp["first"])
+            n = inp["length"]
+            for j, ti in enumerate(inp["first"]):
                 if ti >= 0:
                     ctx = min(ti - 1, n - 2 - ti)
                     if ctx > best[ex][j]:
@@ -239,8 +242,8 @@ def unit_windows(src: Sequence[int], width: int, overlap: float = 0.5) -> list[t
         a = nxt if nxt < b else b
 
 
-def lengths(feats: Sequence[dict]) -> list[int]:
-    return [f["length"] for f in feats]
+def lengths(inputs: Sequence[dict]) -> list[int]:
+    return [inp["length"] for inp in inputs]
 
 
 def gold(examples: Sequence[Example], spec: TaskSpec) -> list:
