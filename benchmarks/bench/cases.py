@@ -14,6 +14,15 @@ CASES = {
 }
 
 
+def bertfam_model(name: str, seed: int = 0):
+    """The benchmarks' random-weight bertfam model of preset `name` (a MODELS key): a TaskModel with an MLM
+    head, in eval mode (the `prepare` job saves it and converts it for the other engines)."""
+    import bertfam
+
+    cfg = bertfam.preset(MODELS[name], head=bertfam.HeadConfig(task="mlm"))
+    return bertfam.build_model(cfg, seed=seed).eval()
+
+
 def batch_size(case: str, scale: float) -> int:
     """The case's batch size times `scale`; at least 2 where lengths vary (so there is padding), else 1."""
     _, B, lo, hi, _ = CASES[case]

@@ -127,7 +127,6 @@ def worker_prepare(args) -> dict:
     worker.set_threads(args.threads)
     import transformers as T
 
-    import bertfam
     from bertfam.convert.hf import export_hf
 
     d = os.path.join(args.workdir, args.model)
@@ -135,8 +134,8 @@ def worker_prepare(args) -> dict:
         with open(os.path.join(d, "prepare.json")) as f:
             return json.load(f)
     os.makedirs(d, exist_ok=True)
-    cfg = bertfam.preset(cases.MODELS[args.model], head=bertfam.HeadConfig(task="mlm"))
-    model = bertfam.build_model(cfg, seed=0).eval()
+    model = cases.bertfam_model(args.model, seed=0)
+    cfg = model.config
     model.save_pretrained(os.path.join(d, "bertfam"))
     export_hf(model, os.path.join(d, "hf"))
     hf = T.BertModel.from_pretrained(os.path.join(d, "hf"), attn_implementation="sdpa").eval()
