@@ -208,8 +208,11 @@ class FinetuneSettings(TypedSettings):
 INT8_MODULES = ("attn.qkv", "attn.out", "ffn_in", "ffn_out", "embeddings.word")  # what an int8 model quantizes
 INT8_PROJECTIONS = INT8_MODULES[:4]  # each encoder layer's projections: all four in a static-int8 model
 # dynamic-int8: activations quantized per batch at run time (modeling/int8.py); static-int8: with a scale and
-# zero point per projection input calibrated once on real inputs (modeling/int8_static.py)
-QUANTIZATION_METHODS = ("dynamic-int8", "static-int8")
+# zero point per projection input calibrated once on real inputs (modeling/int8_static.py); weight-int8: int8
+# storage only, from_pretrained turns the weights back into float32 (the rounding stays) and the model computes
+# in float (a checkpoint of about a quarter of the float32 size without quantized activations)
+QUANTIZATION_METHODS = ("dynamic-int8", "static-int8", "weight-int8")
+STORAGE_ONLY_METHODS = ("weight-int8",)  # loaded as float modules
 
 
 @dataclass

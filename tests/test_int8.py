@@ -481,3 +481,30 @@ def test_mrc_train_starts_from_an_int8_checkpoint(dirs, tmp_path, capsys):
     assert rc == 0, err
     out = bertfam.from_pretrained(str(tmp_path / "out"))
     assert not is_int8(out) and out.config.quantization is None
+
+
+def test_weights_only_checkpoint_is_int8_on_disk_and_float_when_loaded(dirs, tmp_path, capsys):
+    """quantize --weights-only: the file holds the int8 weights (a fraction of the float file) under method
+    weight-int8; from_pretrained gives float modules with exactly the weights the int8 ones stand for, so its
+    outputs are the dequantized model's, close to the source's, and no int8 kernel runs."""
+    src = dirs["span"]
+    dst, dyn = tmp_path / "w8", tmp_path / "d8"
+    rc, out, _ = cli(capsys, "quantize", src, dst, "--weights-only")
+    assert rc == 0 and "int8 weights, float computing" in out
+    assert cli(capsys, "quantize", src, dyn)[0] == 0
+    rec = json.load(open(dst / "config.json"))["quantization"]
+    assert rec["method"] == "weight-int8" and "embeddings.word" in rec["modules"]
+    assert os.path.getsize(dst / "model.safetensors") < 0.5 * os.path.getsize(os.path.join(src, "model.safetensors"))
+    assert os.path.getsize(dst / "model.safetensors") == os.path.getsize(dyn / "model.safetensors")
+    w8 = bertfam.from_pretrained(str(dst))
+    assert not is_int8(w8) and w8.config.quantization is None
+    same = bertfam.from_pretrained(str(dyn), dequantize=True)  # the same int8 tensors, turned float
+    ref = bertfam.from_pretrained(src)
+    kw = _batch(w8.config, B=2, T=16, seed=3)
+    with torch.inference_mode():
+        a, b, c = (m(**kw).start_logits for m in (w8, same, ref))
+    assert torch.equal(a, b) and not torch.equal(a, c) and torch.allclose(a, c, atol=0.05)
+    rc, out, _ = cli(capsys, "info", dst)
+    assert rc == 0 and "weights: int8 on disk (weight-int8" in out and "computes in float" in out
+    rc, _, err = cli(capsys, "quantize", src, tmp_path / "both", "--weights-only", "--calibrate", str(dst / "vocab.txt"))
+    assert rc == 2 and "--weights-only" in err and err.count("\n") == 1 and not (tmp_path / "both").exists()

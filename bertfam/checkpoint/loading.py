@@ -8,6 +8,7 @@ from typing import Optional
 
 import torch
 
+from ..config import STORAGE_ONLY_METHODS
 from .io import fit_head, load_config, load_state, read_tokenizer, read_weights, with_task
 from ..convert.hf import state_from_hf
 from ..modeling.int8 import dequantize_int8
@@ -37,7 +38,9 @@ def from_pretrained(path: str, task: Optional[str] = None, *, load_tokenizer: bo
     scales included): inference only, CPU only. Its tensors are checked against the record:
     a missing int8 tensor, one of another dtype or shape, or float weights under an int8 config.json are a
     CheckpointError naming the file and the tensor. dequantize=True turns such a model back into float
-    modules (the int8 rounding stays) so that it can be trained: the training commands pass it.
+    modules (the int8 rounding stays) so that it can be trained: the training commands pass it. A
+    weight-int8 checkpoint (`bertfam quantize --weights-only`) is int8 on disk only: it always loads as float
+    modules.
     """
     cfg, native = load_config(path)
     saved_task, saved_labels = cfg.head.task, list(cfg.head.labels)
@@ -57,9 +60,9 @@ def from_pretrained(path: str, task: Optional[str] = None, *, load_tokenizer: bo
                or saved_task != cfg.head.task or not native, seed=seed)
     if load_tokenizer:
         model.tokenizer = read_tokenizer(path, cfg)
-    if dequantize and cfg.quantization is not None:
-        log.info("%s: int8 checkpoint (%s) turned back into float weights for training", path,
-                 "+".join(cfg.quantization.modules))
+    if cfg.quantization is not None and (dequantize or cfg.quantization.method in STORAGE_ONLY_METHODS):
+        log.info("%s: int8 checkpoint (%s, %s) turned back into float weights%s", path, cfg.quantization.method,
+                 "+".join(cfg.quantization.modules), " for training" if dequantize else "")
         dequantize_int8(model)
     model.name_or_path = os.path.abspath(path)  # where it came from: files that travel with it (an MRC verifier) are found there
     return model.eval()

@@ -22,6 +22,10 @@ def register(sub) -> None:
                    help="static int8: calibrate the activation scales on FILE's inputs (text, one per line: "
                         "TEXT or TEXT_A<TAB>TEXT_B; .jsonl with text / text_a, text_b or question, context; "
                         ".json SQuAD-layout MRC data); quantizes every encoder projection")
+    p.add_argument("--weights-only", action="store_true",
+                   help="int8 on disk only (method weight-int8): the weights load back as float32 and the model "
+                        "computes in float, as its source does but with int8-rounded weights (a quarter of the "
+                        "float32 file, no activation quantization)")
     p.add_argument("--calibration-batches", type=NumberRange(int, 1), default=None, metavar="N",
                    help="with --calibrate: batches of 8 inputs to observe, from the top of FILE (default 8)")
     p.set_defaults(func=_quantize)
@@ -37,10 +41,12 @@ def _quantize(args) -> int:
         raise ConfigError("quantize: --calibration-batches is for --calibrate (static int8)")
     modules = [m.strip() for m in args.modules.split(",") if m.strip()]
     r = run_quantize(QuantizeConfig(src=args.src, dst=args.dst, modules=modules, calibrate=args.calibrate,
-                                    calibration_batches=args.calibration_batches or 8))
+                                    calibration_batches=args.calibration_batches or 8,
+                                    weights_only=args.weights_only))
     a, b = r["src_bytes"], r["dst_bytes"]
     c = r.get("calibration")
-    how = f"static int8 calibrated on {c['inputs']} inputs ({c['tokens']} tokens) of {c['file']}" if c else "int8"
+    how = (f"static int8 calibrated on {c['inputs']} inputs ({c['tokens']} tokens) of {c['file']}" if c
+           else "int8 weights, float computing" if args.weights_only else "int8")
     print(f"wrote {args.dst} ({how}: {os.path.basename(r['src_file'])} {_mb(a)} -> "
           f"{os.path.basename(r['dst_file'])} {_mb(b)}, {100 * b / a:.1f} % of the source)")
     return 0

@@ -18,6 +18,8 @@ from ..tasks.kinds import kind_of_head
 def describe_checkpoint(path: str) -> str:
     """What `bertfam info` prints: family, head, labels, config fields, parameter counts, tokenizer."""
     from ..checkpoint import from_pretrained
+    from ..checkpoint import load_config
+    from ..config import STORAGE_ONLY_METHODS
 
     model = from_pretrained(path)
     cfg = model.config
@@ -26,11 +28,15 @@ def describe_checkpoint(path: str) -> str:
     targets = kind_of_head(cfg.head.task).targets
     if targets is not None and targets.named:  # a head that answers with label names
         lines.append(f"labels: {cfg.head.num_labels} {cfg.head.labels[:20]}")
-    q = cfg.quantization
-    acts = ("activations quantized at scales calibrated once" if q is not None and q.method == "static-int8"
-            else "float32 activations quantized per batch")
-    lines.append(f"weights: int8 ({q.method}, {q.weights} int8 weights, {acts}; "
-                 f"modules {', '.join(q.modules)}; CPU inference only)" if q else "weights: float")
+    q = load_config(path)[0].quantization  # as on disk: a weight-int8 model is float once loaded
+    if q is not None and q.method in STORAGE_ONLY_METHODS:
+        lines.append(f"weights: int8 on disk ({q.method}, {q.weights}; modules {', '.join(q.modules)}), "
+                     f"loaded as float32: the model computes in float")
+    else:
+        acts = ("activations quantized at scales calibrated once" if q is not None and q.method == "static-int8"
+                else "float32 activations quantized per batch")
+        lines.append(f"weights: int8 ({q.method}, {q.weights} int8 weights, {acts}; "
+                     f"modules {', '.join(q.modules)}; CPU inference only)" if q else "weights: float")
     lines.append("config:")
     for f in dataclasses.fields(cfg):
         if f.name not in ("head", "quantization"):

@@ -104,16 +104,20 @@ class QuantizeConfig:
     modules: Sequence[str]
     calibrate: Optional[str] = None
     calibration_batches: int = 8
+    weights_only: bool = False  # method weight-int8: int8 on disk, float weights again when loaded
 
 
 def run_quantize(cfg: QuantizeConfig) -> dict:
     """Write the int8 copy; returns {"src_file", "dst_file", "src_bytes", "dst_bytes"} of the weight files, and
     for static int8 "calibration": {"file", "inputs", "tokens", "max_length", "observer"}."""
     from ..checkpoint import from_pretrained, weights_file
-    from ..modeling.int8 import is_int8, quantize_int8
+    from ..modeling.int8 import is_int8, quantize_int8, record_quantization
 
     if os.path.isdir(cfg.dst) and os.path.isdir(cfg.src) and os.path.samefile(cfg.src, cfg.dst):
         raise ConfigError(f"quantize: DST {cfg.dst} is SRC; write the int8 copy elsewhere (SRC stays float)")
+    if cfg.weights_only and cfg.calibrate:
+        raise ConfigError("quantize: --weights-only stores int8 weights for float computing; --calibrate is for "
+                          "static int8 activations: choose one")
     if cfg.calibration_batches < 1:
         raise ConfigError(f"quantize: --calibration-batches must be at least 1, got {cfg.calibration_batches}")
     missing = [p for p in INT8_PROJECTIONS if p not in cfg.modules]
@@ -128,6 +132,8 @@ def run_quantize(cfg: QuantizeConfig) -> dict:
         out["calibration"] = _quantize_static(model, cfg)
     else:
         quantize_int8(model, list(cfg.modules))
+        if cfg.weights_only:
+            record_quantization(model, list(cfg.modules), method="weight-int8")
     info = {"quantized_from": cfg.src, **({"calibrated_on": out["calibration"]} if out else {})}
     model.config.head.info = {**model.config.head.info, **info}  # training_info.json
     model.save_pretrained(cfg.dst)
