@@ -508,3 +508,19 @@ def test_weights_only_checkpoint_is_int8_on_disk_and_float_when_loaded(dirs, tmp
     assert rc == 0 and "weights: int8 on disk (weight-int8" in out and "computes in float" in out
     rc, _, err = cli(capsys, "quantize", src, tmp_path / "both", "--weights-only", "--calibrate", str(dst / "vocab.txt"))
     assert rc == 2 and "--weights-only" in err and err.count("\n") == 1 and not (tmp_path / "both").exists()
+
+
+def test_thresholds_saved_into_a_weights_only_checkpoint_keep_its_record(dirs, tmp_path, capsys):
+    """save_thresholds on a weight-int8 directory (as recipes/mrc_checklist_cv.py --final-model does) rewrites
+    config.json from a model that loaded as float: the quantization record on disk must survive, or the
+    int8 tensors no longer load."""
+    from bertfam.tasks.mrc import save_thresholds
+
+    dst = tmp_path / "w8"
+    assert cli(capsys, "quantize", dirs["span"], dst, "--weights-only")[0] == 0
+    model = bertfam.from_pretrained(str(dst))
+    save_thresholds(model, str(dst), {"null_threshold": 0.5, "answerable_threshold": 0.6, "dev_f1": 50.0}, "test")
+    rec = json.load(open(dst / "config.json"))
+    assert rec["quantization"]["method"] == "weight-int8" and rec["head"]["mrc"]["answerable_threshold"] == 0.6
+    again = bertfam.from_pretrained(str(dst))
+    assert again.config.head.mrc.null_threshold == 0.5 and not is_int8(again)

@@ -105,4 +105,12 @@ def save_thresholds(model, model_dir: str, tuned: dict, tuned_on: str) -> None:
         new["answerability"] = tuned["answerability"]
     info = dict(head.info, thresholds_tuned_on=tuned_on, tuned_dev_f1=round(tuned["dev_f1"], 3))
     model.config.head = dataclasses.replace(head, mrc=dataclasses.replace(head.mrc_settings, **new), info=info)
-    model.config.save(os.path.join(model_dir, "config.json"))
+    path = os.path.join(model_dir, "config.json")
+    cfg = model.config
+    if cfg.quantization is None and os.path.isfile(path):
+        from ...checkpoint import load_config
+
+        # a weight-int8 checkpoint loads as a float model: its quantization record is on disk only, and stays
+        q = load_config(model_dir)[0].quantization
+        cfg = dataclasses.replace(cfg, quantization=q) if q is not None else cfg
+    cfg.save(path)
