@@ -3,7 +3,7 @@ OpenVINO), the engines of benchmarks/encoder_throughput.py (benchmarks/bench/eng
 
     nice -n 10 .venv/bin/python benchmarks/int8_accuracy.py \\
         --sst2-model runs/glue/bertfam/sst2 --sst2-dev runs/glue/data/SST-2/dev.tsv \\
-        --mrc-model models/mrc-zh-e5small-l6 --mrc-dev runs/mrc-data/dev_checklist_like.json
+        --mrc-model models/mrc-zh-e5small-l12 --mrc-dev runs/mrc-data/dev_checklist_like.json
     .venv/bin/python benchmarks/int8_accuracy.py --models bert-mini --limit 200      # a few minutes
 
 Three measurements (those paths are the defaults; a section whose files are missing is skipped, saying so):
@@ -17,7 +17,7 @@ Three measurements (those paths are the defaults; a section whose files are miss
     int8 (the same weights, bertfam.convert.hf.export_hf; an HF directory is loaded as it is), all fed the
     same token ids;
 (c) MRC on the checklist-like dev (recipes/dureader_checklist_data.py; runs/mrc-data/dev_checklist_like.json)
-    with the shipped Chinese model (models/mrc-zh-e5small-l6): bertfam's MRCPredictor fp32 vs int8 (dynamic,
+    with the shipped Chinese model (models/mrc-zh-e5small-l12): bertfam's MRCPredictor fp32 vs int8 (dynamic,
     and static calibrated on dev questions after the measured ones), the
     model's saved decoding and thresholds, the official DuReader metric (bertfam/evaluation/dureader.py)
     as recipes/mrc_checklist_eval.py scores it, plus "forced" F1 (answerable questions, top span always
@@ -42,7 +42,7 @@ from bench import engines as E  # noqa: E402
 
 DEFAULT_SST2_MODEL = os.path.join(ROOT, "runs", "glue", "bertfam", "sst2")
 DEFAULT_SST2_DEV = os.path.join(ROOT, "runs", "glue", "data", "SST-2", "dev.tsv")
-DEFAULT_MRC_MODEL = os.path.join(ROOT, "models", "mrc-zh-e5small-l6")
+DEFAULT_MRC_MODEL = os.path.join(ROOT, "models", "mrc-zh-e5small-l12")
 DEFAULT_MRC_DEV = os.path.join(ROOT, "runs", "mrc-data", "dev_checklist_like.json")
 
 

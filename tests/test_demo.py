@@ -75,9 +75,9 @@ def test_shipped_model_loads_and_answers():
     from bertfam.tasks.mrc import predictor_from_models
 
     d = shipped_model_dir()
-    assert d is not None, "models/mrc-zh-e5small-l6 is missing from the checkout"
+    assert d is not None, "models/mrc-zh-e5small-l12 is missing from the checkout"
     model = load_mrc_model(d)
-    assert model.config.head.task == "span" and model.config.num_hidden_layers == 6
+    assert model.config.head.task == "span" and model.config.num_hidden_layers == 12
     pred = predictor_from_models([model], [d], overrides={"null_threshold": -1e9, "answerable_threshold": 0.0})
     r = pred.predict("长江全长大约多少公里？", "长江是中国第一长河，全长约6300公里，最后注入东海。")  # forced: a span
     assert r.answerable and r.answer in "长江是中国第一长河，全长约6300公里，最后注入东海。"

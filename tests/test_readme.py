@@ -64,7 +64,7 @@ def test_readme_pipeline_snippet_runs(tmp_path):
     blocks = re.findall(r"```python\n(.*?)```", _read("README.md"), re.S)
     [code] = [b for b in blocks if b.startswith("from bertfam import pipeline")]
     for path, tiny in (("runs/tnews", d["classification"]), ("runs/cluener", d["token"]), ("runs/mlm", d["mlm"]),
-                       ("runs/any", d["mlm"]), ("models/mrc-zh-e5small-l6", d["span"])):
+                       ("runs/any", d["mlm"]), ("models/mrc-zh-e5small-l12", d["span"])):
         assert f'"{path}"' in code, path
         code = code.replace(f'"{path}"', repr(tiny))
     # each line's value kept, to check the shapes the comments promise

@@ -19,7 +19,7 @@ from bertfam.runners.pretrain import PretrainConfig
 
 from .conftest import ROOT, ZH_VOCAB, cli
 
-SHIPPED = f"{ROOT}/models/mrc-zh-e5small-l6"
+SHIPPED = f"{ROOT}/models/mrc-zh-e5small-l12"
 
 
 def _span_cfg(**head) -> ModelConfig:

@@ -13,7 +13,8 @@ Observers (`OBSERVERS`), each giving the range [lo, hi] a scale covers (widened 
   sample has the least mean squared error.
 Which keeps the hidden states closest to float: minmax, the default. Max / mean |int8 - float| of the last
 hidden state over real tokens of held-out inputs:
-- models/mrc-zh-e5small-l6 (real weights; calibrated on the 12 questions of tests/fixtures/mrc
+- models/mrc-zh-e5small-l6 (the 6-layer MRC reader shipped before, in git history; real weights; calibrated
+  on the 12 questions of tests/fixtures/mrc
   cmrc2018_trial_cut.json + robust_demo_dev_cut.json, 2626 tokens; held out: the 8 of checklist_demo_cut.json,
   1526 tokens, mean |x| 0.40): minmax 0.44 / 0.042 (relative Frobenius error 11.2 %), mse 0.66 / 0.050
   (13.5 %), percentile 3.7 / 0.110 (30.6 %); dynamic int8 of the same model 0.49 / 0.047 (12.6 %);

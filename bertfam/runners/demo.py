@@ -21,7 +21,7 @@ import torch
 from ..errors import BertfamError, ConfigError
 from ..modeling.pooling import mean_pool
 
-SHIPPED_MODEL = "mrc-zh-e5small-l6"  # models/<name> in the repository
+SHIPPED_MODEL = "mrc-zh-e5small-l12"  # models/<name> in the repository
 DEMO_DATA = "dureader_checklist_demo.json"  # bertfam/resources/, see resources/README.md
 NO_ANSWER_ZH = "无答案"
 SEED_QUESTION = "番石榴汁热量"  # the example of the seed project's README (title 番石榴汁的热量 - 妈妈网百科)
