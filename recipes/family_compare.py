@@ -62,7 +62,7 @@ class Budget:
     mrc_length: int = 256
     lr_small: float = 5e-4  # the small models, briefly pre-trained, learn nothing in 120 steps at 1e-4 (CLUENER F1 0.2)
     lr_reference: float = 5e-5
-    reference_layers: int = 6  # the first 6 of 12 (as the shipped MRC model): the 12-layer row costs 2x on 2 cores
+    reference_layers: int = 6  # the first 6 of 12: the 12-layer row costs 2x on 2 cores
     seeds: tuple = (1, 2)
     reference_seeds: tuple = (1,)
     threads: int = 0  # 0: torch's default
