@@ -34,10 +34,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from bertfam.data.mrc import read_mrc  # noqa: E402
-from bertfam.data.mrc_negatives import similar_passage_negatives  # noqa: E402
+from bertfam.data.mrc_negatives import answer_sentence_example, similar_passage_negatives  # noqa: E402
 from bertfam.tasks.mrc import (MRCPredictor, RawScores, decode, load_span_model, save_thresholds,  # noqa: E402
                                train_mrc)
 from bertfam.tasks.mrc.crossval import (assign_folds, bootstrap_interval, breakdown, fold_sizes,  # noqa: E402
@@ -57,16 +58,25 @@ EXTENSIONS = ("none", "trim", "clause", "sentence")
 
 
 def extra_examples(spec: str, seed: int) -> list:
-    """--extra name:N,name:N -> N answerable questions of each set + one similar-passage negative each."""
+    """--extra name:N,name:N -> N answerable questions of each set + one similar-passage negative each.
+    NAME-sent (e.g. robust-sent:300): N other questions of the set with each passage cut to its answer's
+    sentence (half the time with the next one too), their negatives drawn from those short passages."""
     rng = random.Random(seed)
     out = []
+    used: set = set()  # a question is in one extra set only
     for part in filter(None, spec.split(",")):
         name, _, n = part.partition(":")
-        if name not in EXTRA:
-            raise SystemExit(f"--extra: {name!r} not in {', '.join(EXTRA)}")
-        exs, rep = read_mrc(EXTRA[name][0], source=EXTRA[name][1])
+        base = name[:-len("-sent")] if name.endswith("-sent") else name
+        if base not in EXTRA:
+            raise SystemExit(f"--extra: {name!r} not in {', '.join(EXTRA)} (or NAME-sent)")
+        exs, rep = read_mrc(EXTRA[base][0], source=EXTRA[base][1])
         print(rep.summary(), file=sys.stderr)
-        pos = rng.sample([e for e in exs if not e.is_impossible], min(int(n or 400), len(exs)))
+        free = [e for e in exs if not e.is_impossible and (base, e.qid) not in used]
+        pos = rng.sample(free, min(int(n or 400), len(free)))
+        used.update((base, e.qid) for e in pos)
+        if base != name:
+            cut = np.random.default_rng(seed)
+            pos = [x for x in (answer_sentence_example(e, cut, p_next=0.5) for e in pos) if x is not None]
         out += pos + similar_passage_negatives(pos, seed=seed)
     return out
 

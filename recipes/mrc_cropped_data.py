@@ -18,14 +18,23 @@ import dataclasses
 import os
 import random
 import sys
+from typing import Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bertfam.data.dureader2 import read_dureader2  # noqa: E402
+from bertfam.data.mrc_negatives import answer_sentence_example, sentences  # noqa: E402
 from bertfam.data.mrc import MRCAnswer, read_mrc, split_examples, write_squad  # noqa: E402
 
 D = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "mrc")
 SOURCES = {"cmrc2018": ["cmrc2018/cmrc2018_train.json"],
            "robust": ["dureader_robust/demo_train.json", "dureader_robust/demo_dev.json", "dureader_robust/dev.json"]}
+# --add: whole sets, all their questions in train (no dev part), each after the sources above so that a run
+# without --add draws the same random numbers as before
+ADDED = {"cmrc-trial": "cmrc2018/cmrc2018_trial.json",  # CMRC2018's trial set (simplified Chinese)
+         "drcd": "drcd/DRCD_dev.json",  # DRCD dev (traditional Chinese, Wikipedia)
+         "dureader2": None}  # DuReader 2.0 search demo: answer paragraphs + same-search unanswerable ones
+DR2 = os.path.join(D, "..", "corpus", "zh", "dureader2_search_demo")
 
 
 def crop(ex, width: int, rng: random.Random):
@@ -64,12 +73,68 @@ def negative(ex, pool: list, rng: random.Random, width: int):
                                is_impossible=True)
 
 
-def build(examples: list, n_neg: int, rng: random.Random, width: int) -> list:
+def short_negative(ex, rng: random.Random):
+    """An unanswerable example cut to one or two random sentences of its passage (None if it has one only)."""
+    spans = sentences(ex.context)
+    if len(spans) < 2:
+        return None
+    i = rng.randrange(len(spans) - 1)
+    a, b = spans[i][0], spans[i + rng.randint(0, 1)][1]
+    ctx = ex.context[a:b].strip()
+    return dataclasses.replace(ex, context=ctx) if ctx else None
+
+
+def shorten(xs: list, fraction: float, rng: random.Random) -> list:
+    """`fraction` of the examples (chosen by rng) cut to the sentence holding the answer (half the time with
+    the next one), or for unanswerable ones to one or two random sentences: short passages whose first word
+    may be the answer, which 300-character crops starting mid-sentence almost never give."""
+    if fraction <= 0:
+        return xs
+    out = []
+    for ex in xs:
+        if rng.random() < fraction:
+            if ex.is_impossible:
+                cut = short_negative(ex, rng)
+            else:
+                cut = answer_sentence_example(ex, rng, p_next=0.5)
+                cut = dataclasses.replace(cut, qid=ex.qid) if cut is not None else None
+            ex = cut or ex
+        out.append(ex)
+    return out
+
+
+def build(examples: list, n_neg: int, rng: random.Random, width: int, short: float = 0.0,
+          short_rng: Optional[random.Random] = None) -> list:
     pos = [crop(ex, width, rng) for ex in examples]
     pos = [ex for ex in pos if ex.answers]
     negs = [negative(ex, examples, rng, width) for ex in rng.sample(examples, min(n_neg, len(examples)))]
+    if short > 0:  # its own random numbers: the crops and negatives above are those of a run without it
+        pos = shorten(pos, short, short_rng)
+        negs = shorten([n for n in negs if n is not None], short, short_rng)
     out = pos + [n for n in negs if n is not None]
     rng.shuffle(out)
+    return out
+
+
+def added_set(name: str, n: int, rng: random.Random, neg_fraction: float, width: int, short: float,
+              short_rng: random.Random) -> list:
+    """n (0: all) answerable questions of one --add set, cropped; DuReader 2.0 brings its own same-search negatives, the others
+    get similar-passage ones like the sources above."""
+    if name == "dureader2":
+        exs = []
+        for split in ("train", "dev"):
+            e, rep = read_dureader2(os.path.join(DR2, f"search.{split}.json"), source=f"dureader2-{split}")
+            print(rep.summary(), file=sys.stderr)
+            exs += e
+        out = [crop(ex, width, rng) for ex in exs]
+        out = shorten([ex for ex in out if ex.answers or ex.is_impossible], short, short_rng)
+    else:
+        e, rep = read_mrc(os.path.join(D, ADDED[name]), source=name)
+        print(rep.summary(), file=sys.stderr)
+        exs = [x for x in e if not x.is_impossible]
+        exs = rng.sample(exs, min(n, len(exs))) if n else exs
+        out = build(exs, int(len(exs) * neg_fraction / (1 - neg_fraction)), rng, width, short, short_rng)
+    print(f"{name}: train {len(out)} questions ({sum(x.is_impossible for x in out)} unanswerable)", file=sys.stderr)
     return out
 
 
@@ -83,8 +148,18 @@ def main() -> None:
     ap.add_argument("--dev-crop", type=int, default=400)
     ap.add_argument("--dev-per-source", type=int, default=60, help="held-out answerable questions per source")
     ap.add_argument("--seed", type=int, default=8)
+    ap.add_argument("--short", type=float, default=0.0,
+                    help="share of train questions whose passage is cut to the answer's sentence (unanswerable:"
+                         " one or two sentences)")
+    ap.add_argument("--add", default="", help=f"sets added to train (no dev part): name[:N answerable, default all],... of {', '.join(ADDED)}")
     a = ap.parse_args()
+    added = [x.partition(":") for x in a.add.split(",") if x]
+    bad = [name + _ + n for name, _, n in added if name not in ADDED or not (n == "" or n.isdigit())]
+    if bad:
+        ap.error(f"--add: {bad[0]!r} is not NAME or NAME:N, NAME one of {', '.join(ADDED)}")
+    added = [(name, int(n or 0)) for name, _, n in added]
     rng = random.Random(a.seed)
+    short_rng = random.Random(a.seed + 1)
     os.makedirs(a.out, exist_ok=True)
     train, dev = [], []
     for name, files in SOURCES.items():
@@ -101,9 +176,11 @@ def main() -> None:
         limit = a.cmrc if name == "cmrc2018" else (a.robust or len(tr))
         tr = rng.sample(tr, min(limit, len(tr)))
         k = int(len(tr) * a.neg_fraction / (1 - a.neg_fraction))
-        train += build(tr, k, rng, a.crop)
+        train += build(tr, k, rng, a.crop, a.short, short_rng)
         dev += build(dv, int(len(dv) * 0.8), rng, a.dev_crop)  # dev: ~45% unanswerable, like the demo's 51%
         print(f"{name}: train {len(tr)} answerable questions, dev {len(dv)}", file=sys.stderr)
+    for name, n in added:
+        train += added_set(name, n, rng, a.neg_fraction, a.crop, a.short, short_rng)
     rng.shuffle(train)
     write_squad(train, os.path.join(a.out, "train.json"))
     write_squad(dev, os.path.join(a.out, "dev.json"))

@@ -1,5 +1,6 @@
 """DuReader 2.0 reader (segmented word spans -> character offsets, same-search negatives, other selected
 documents), hard-negative mining, long-answer decoding and the tuned decoding settings."""
+import dataclasses
 import os
 
 import numpy as np
@@ -11,7 +12,8 @@ from bertfam.data.dureader2 import (align_words, answer_overlap, best_f1_span, f
                                     word_span_to_chars)
 from bertfam.data.mrc import MRCAnswer, MRCExample
 from bertfam.data.mrc_windows import Window
-from bertfam.data.mrc_negatives import answer_removed_negative, sentences, similar_passage_negatives
+from bertfam.data.mrc_negatives import (answer_removed_negative, answer_sentence_example, sentences,
+                                       similar_passage_negatives)
 from bertfam.errors import DataError
 from bertfam.tasks.mrc import MRCPredictor, RawScores, SpanCandidate, decode, settings_of, tune_on_raw
 
@@ -137,6 +139,23 @@ def test_answer_removed_negative_cuts_the_answer_sentences():
     assert answer_removed_negative(ex, min_chars=40) is None  # too little left
     twice = _ex("b", "q", "84卡路里。番石榴性温,味甜,平时容易上火的人要少吃,84卡路里", "84卡路里")
     assert answer_removed_negative(twice, min_chars=5) is None  # the answer text is still there
+
+
+def test_answer_sentence_example_keeps_the_answer_sentence_only():
+    ctx = "番石榴性温,味甜。\n一个番石榴所含的脂肪约0.9克重或84卡路里。平时容易上火的人要少吃!"
+    ex = _ex("a", "番石榴汁热量", ctx, "84卡路里")
+    s = answer_sentence_example(ex)
+    assert s.context == "一个番石榴所含的脂肪约0.9克重或84卡路里。"  # the line break before it is not kept
+    a = s.answers[0]
+    assert s.context[a.start:a.end] == "84卡路里" and not s.is_impossible and s.qid == "a:sent"
+    always_next = answer_sentence_example(ex, np.random.default_rng(0), p_next=1.0)
+    assert always_next.context == "一个番石榴所含的脂肪约0.9克重或84卡路里。平时容易上火的人要少吃!"
+    first = answer_sentence_example(_ex("b", "谁", "北京是首都。它很大。", "北京"))
+    assert first.context == "北京是首都。" and first.answers[0].start == 0  # the answer is the first word
+    assert answer_sentence_example(_ex("c", "q", "北京是首都。", "北京")) is None  # one sentence: no change
+    assert answer_sentence_example(dataclasses.replace(ex, answers=[], is_impossible=True)) is None
+    across = _ex("d", "q", "甲。乙说。丙来了。丁。", "乙说。丙")  # an answer over two sentences keeps both
+    assert answer_sentence_example(across).context == "乙说。丙来了。"
 
 
 # ------------------------------------------------------------------ long answers and tuned decoding

@@ -140,3 +140,27 @@ def test_mrc_passage_split_gives_the_recorded_ids():
 def test_dev_split_names_a_wrong_draw():
     with pytest.raises(ValueError, match="draw must be one of shuffle, permutation, sample"):
         dev_split(list(range(5)), 0.2, draw="numpy")
+
+
+def test_general_stage_data_short_passages():
+    """recipes/mrc_cropped_data.py --short: the chosen share of questions get the answer's sentence (or, when
+    unanswerable, one or two sentences) as passage, answers still at their text; 0 changes nothing."""
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "recipes"))
+    import mrc_cropped_data as cd
+    from bertfam.data.mrc import MRCAnswer, MRCExample
+
+    ctx = "长江发源于青藏高原。长江全长约6300公里，是中国第一长河。它流经十一个省份。"
+    pos = [MRCExample(f"p{i}", "长江有多长", ctx, answers=[MRCAnswer("6300公里", ctx.index("6300公里"))])
+           for i in range(400)]
+    neg = [MRCExample(f"n{i}", "黄河有多长", ctx, is_impossible=True) for i in range(400)]
+    assert cd.shorten(pos + neg, 0.0, random.Random(0)) == pos + neg
+    out = cd.shorten(pos + neg, 0.3, random.Random(0))
+    cut_pos = [x for x in out[:400] if x.context != ctx]
+    cut_neg = [x for x in out[400:] if x.context != ctx]
+    assert 80 < len(cut_pos) < 160 and 80 < len(cut_neg) < 160  # about 30 % of each, not all
+    assert {x.context for x in cut_pos} <= {"长江全长约6300公里，是中国第一长河。", "长江全长约6300公里，是中国第一长河。它流经十一个省份。"}
+    assert all(x.context[a.start:a.end] == a.text for x in cut_pos for a in x.answers)
+    assert all(x.is_impossible and not x.answers and len(x.context) < len(ctx) for x in cut_neg)
+    assert [x.qid for x in out] == [x.qid for x in pos + neg]  # same questions, same ids

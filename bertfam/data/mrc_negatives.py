@@ -7,6 +7,10 @@ answer it. Two constructions imitate that:
   question's answers;
 - `answer_removed_negative`: the question's own passage with every sentence that overlaps the answer
   removed (same topic, same page, no answer left).
+
+`answer_sentence_example` is the answerable counterpart for short inputs: the question with only the
+sentence that holds its answer (what a user pastes: "北京是中华人民共和国的首都。"), so that a reader trained
+on 300-character crops that start mid-sentence also sees passages whose first word is the answer.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .mrc import MRCExample
+from .mrc import MRCAnswer, MRCExample
 
 # a sentence ends at Chinese or Western end punctuation (kept with its sentence) or a line break
 _SENTENCE = re.compile(r"[^。！？!?；;\n]*[。！？!?；;\n]+|[^。！？!?；;\n]+$")
@@ -88,3 +92,26 @@ def similar_passage_negatives(examples: Sequence[MRCExample], pool: Optional[Seq
                 if taken >= per_question:
                     break
     return out
+
+
+def answer_sentence_example(ex: MRCExample, rng=None, p_next: float = 0.0) -> Optional[MRCExample]:
+    """`ex` with its passage cut to the sentence(s) holding its first answer (and, with probability p_next,
+    the sentence after them; rng: a random.Random or numpy Generator), the answer offsets moved; None
+    without an answer or when the cut is the whole passage already."""
+    if ex.is_impossible or not ex.answers:
+        return None
+    ans = ex.answers[0]
+    spans = sentences(ex.context)
+    inside = [i for i, (a, b) in enumerate(spans) if a < ans.end and ans.start < b]
+    if not inside:
+        return None
+    lo, hi = inside[0], inside[-1]
+    if rng is not None and p_next > 0 and hi + 1 < len(spans) and rng.random() < p_next:
+        hi += 1
+    start, end = spans[lo][0], spans[hi][1]
+    while start < ans.start and ex.context[start].isspace():  # a sentence after a line break
+        start += 1
+    if start == 0 and end >= len(ex.context.rstrip()):
+        return None
+    answers = [MRCAnswer(a.text, a.start - start) for a in ex.answers if a.start >= start and a.end <= end]
+    return dataclasses.replace(ex, qid=f"{ex.qid}:sent", context=ex.context[start:end], answers=answers)
