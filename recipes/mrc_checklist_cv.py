@@ -43,6 +43,7 @@ from bertfam.tasks.mrc import (MRCPredictor, RawScores, decode, load_span_model,
                                train_mrc)
 from bertfam.tasks.mrc.crossval import (assign_folds, bootstrap_interval, breakdown, fold_sizes,  # noqa: E402
                                         items_of, leaks, tune_out_of_fold)
+from bertfam.tasks.mrc.answerability import FEATURES  # noqa: E402
 from bertfam.training import TrainConfig  # noqa: E402
 from bertfam.utils import atomic_write_text  # noqa: E402
 
@@ -232,8 +233,8 @@ def signal_quality(exs, cands) -> dict:
     return {"auc": auc, "forced_f1_answerable": forced}
 
 
-def report(exs, folds, cands, rules, label: str) -> dict:
-    res = tune_out_of_fold(cands, exs, folds, rules)
+def report(exs, folds, cands, rules, label: str, features=None) -> dict:
+    res = tune_out_of_fold(cands, exs, folds, rules, features)
     table = breakdown(exs, res["f1"], res["em"], res["answers"])
     lo, hi = bootstrap_interval(res["f1"])
     base = table["all"]["baseline_F1"]
@@ -266,6 +267,23 @@ def uses_verifier(choice: dict) -> bool:
     """A fused choice whose answerability model weighs the verifier's relevance (it then ships with it)."""
     f = choice.get("fusion")
     return bool(f) and any(n == "relevance" and c != 0.0 for n, c in zip(f["features"], f["coef"]))
+
+
+TITLE_FEATURES = ("has_title", "q_in_title", "title_in_q", "q_bigrams_in_title", "title_bigrams_in_q")
+
+
+def fused_features(text: str) -> tuple:
+    """--fused-features: all, no-title or a comma list of feature names (an unknown one stops here, exit 2)."""
+    if text == "all":
+        return FEATURES
+    if text == "no-title":
+        return tuple(f for f in FEATURES if f not in TITLE_FEATURES)
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [n for n in names if n not in FEATURES]
+    if bad or not names:
+        print(f"--fused-features: {text!r}: all, no-title or a comma list of {', '.join(FEATURES)}", file=sys.stderr)
+        raise SystemExit(2)
+    return names
 
 
 def applied_auc(exs, p) -> float | None:
@@ -307,6 +325,9 @@ def main() -> int:
     ap.add_argument("--no-train", action="store_true", help="score --base itself out of fold (no fine-tuning)")
     ap.add_argument("--members", default=None, metavar="RUN,RUN",
                     help="no training: score the logit-averaged ensemble of these runs' fold models out of fold")
+    ap.add_argument("--fused-features", default="all",
+                    help="inputs of the fused answerability model: all, no-title (without the title's match with "
+                         "the question), or a comma list of " + ", ".join(FEATURES))
     ap.add_argument("--final", action="store_true", help="then train on all folds and save OUT/final")
     ap.add_argument("--final-model", default=None, metavar="DIR",
                     help="with --final: DIR already holds the model this recipe trained on all folds (e.g. the "
@@ -314,6 +335,7 @@ def main() -> int:
                          "out-of-fold choice is written into its config")
     args, exs, folds = start(ap)
     penalties, extensions, lengths = search_space(args)
+    features = fused_features(args.fused_features)
     if args.members and args.final and not args.final_model:
         print("--final with --members needs --final-model DIR (the model the members' folds stand for; nothing is "
               "trained)", file=sys.stderr)
@@ -356,11 +378,12 @@ def main() -> int:
     results = {"args": vars(args), "signals": quality, "reports": [report(exs, folds, cands, ("both", "null", "cls"), "reader")]}
     if args.verifier:
         results["reports"].append(report(exs, folds, cands, rules, "reader + verifier rules"))
-    results["reports"].append(report(exs, folds, cands, rules + ("fused",), "fused signals (logistic regression)"))
+    results["reports"].append(report(exs, folds, cands, rules + ("fused",), "fused signals (logistic regression)",
+                                     features))
     if args.verifier:  # the same without the verifier's score: a system without a second encoder
         bare = {k: [dataclasses.replace(r, relevance=None) for r in v] for k, v in cands.items()}
         results["reports"].append(report(exs, folds, bare, ("both", "null", "cls", "fused"),
-                                         "fused signals without the verifier"))
+                                         "fused signals without the verifier", features))
     best = max(results["reports"], key=lambda r: r["oof_f1"])
     results["best"] = best["label"]
     atomic_write_text(os.path.join(args.out, "cv.json"), json.dumps(results, ensure_ascii=False, indent=1) + "\n")

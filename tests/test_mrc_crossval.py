@@ -11,6 +11,7 @@ import pytest
 from bertfam.data.mrc import MRCAnswer, MRCExample
 from bertfam.errors import ConfigError
 from bertfam.tasks.mrc import NO_ANSWER
+from bertfam.tasks.mrc.answerability import FEATURES
 from bertfam.tasks.mrc.crossval import (assign_folds, bootstrap_interval, breakdown, fold_sizes, leaks,
                                         tune_out_of_fold)
 from bertfam.tasks.mrc.results import RawScores, SpanCandidate
@@ -127,6 +128,20 @@ def test_a_folds_own_predictions_never_choose_its_thresholds():
     assert after["f1"][f0].mean() < before["f1"][f0].mean()
 
 
+def test_fused_rule_uses_only_the_features_asked_for():
+    """tune_out_of_fold(features=...): the fused answerability model of every fold and of the pooled choice
+    is fitted on those inputs only; the null score alone separates this case, the title match cannot."""
+    exs, cands = _tuning_case(seed=2)
+    exs = [dataclasses.replace(e, title="北京" if i % 3 else "") for i, e in enumerate(exs)]  # title: noise
+    folds = [i % 5 for i in range(len(exs))]
+    res = tune_out_of_fold(cands, exs, folds, rules=("fused",), features=("null_diff", "has_title"))
+    fits = [c["fusion"] for c in res["choices"].values()] + [res["pooled"]["fusion"]]
+    assert all(f["features"] == ["null_diff", "has_title"] and len(f["coef"]) == 2 for f in fits)
+    assert all(abs(f["coef"][0]) > 3 * abs(f["coef"][1]) for f in fits)  # the null score carries it
+    default = tune_out_of_fold(cands, exs, folds, rules=("fused",))
+    assert len(default["pooled"]["fusion"]["features"]) == len(FEATURES)
+
+
 def test_out_of_fold_tuner_checks_its_inputs():
     exs, cands = _tuning_case(10)
     with pytest.raises(ConfigError, match="one entry per example"):
@@ -223,6 +238,15 @@ def test_the_cross_validation_recipe_end_to_end(tmp_path):
     assert chosen and chosen <= {"none/16", "none/48"}, chosen
     bad = subprocess.run(cmd + ["--extensions", "none,word"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("--extensions: 'none,word'")
+    # the fused model without the title features: any fused fit it reports has none of them
+    notitle = subprocess.run(cmd + ["--extensions", "none", "--fused-features", "no-title"], capture_output=True,
+                             text=True, timeout=300)
+    assert notitle.returncode == 0, notitle.stderr[-2000:]
+    fits = [c["fusion"] for rep in json.load(open(out / "cv.json"))["reports"]
+            for c in [rep["pooled"], *rep["folds"].values()] if c.get("fusion")]
+    assert all("title_in_q" not in f["features"] and "null_diff" in f["features"] for f in fits)
+    badf = subprocess.run(cmd + ["--fused-features", "null_diff,titel"], capture_output=True, text=True, timeout=300)
+    assert badf.returncode == 2 and badf.stderr.strip().splitlines()[-1].startswith("--fused-features: 'null_diff,titel'")
 
 
 def test_the_verifier_cross_validation_recipe_feeds_the_reader_recipe(tmp_path):

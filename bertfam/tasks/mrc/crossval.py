@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections import Counter
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -76,7 +76,8 @@ def leaks(examples: Sequence, folds: Sequence[int]) -> list[str]:
 
 
 def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Sequence, folds: Sequence[int],
-                     rules: Sequence[str] = ("both", "null", "cls")) -> dict:
+                     rules: Sequence[str] = ("both", "null", "cls"),
+                     features: Optional[Sequence[str]] = None) -> dict:
     """Choose a decoding setting (a key of `candidates`: name -> one `decode` result per example, each
     example's from the model that did not train on it) and a no-answer rule with its thresholds for every
     fold on the OTHER folds' examples (tune_on_raw, official F1; ties: the earlier candidate and rule), and
@@ -84,7 +85,8 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Se
     (0-1), "choices": per fold {setting, rule, thresholds, tuned F1 on the other folds, fusion: the fitted
     answerability model of rule "fused" as a dict}, "pooled": the setting chosen on all folds together (what
     a model trained on all of them ships with), "p_answerable": per example the P(answerable) its fold's
-    rule thresholded (rule "fused": the fused model's, fitted without the fold)}."""
+    rule thresholded (rule "fused": the fused model's, fitted without the fold)}. features: the fused
+    model's inputs (default: all of answerability.FEATURES)."""
     from ...evaluation.dureader import Reference, score_one
 
     for r in rules:
@@ -104,7 +106,7 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Se
         for name, raws in candidates.items():
             for rule in rules:
                 if rule == "fused":
-                    use, model = fused_raws(raws, examples, mask)
+                    use, model = fused_raws(raws, examples, mask, features)
                     tune_rule = "cls"
                 else:
                     model, use, tune_rule = None, raws, rule
@@ -132,14 +134,16 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Se
     return {"answers": answers, "f1": f1, "em": em, "choices": choices, "pooled": pooled, "p_answerable": p_used}
 
 
-def fused_raws(raws: Sequence[RawScores], examples: Sequence, mask: np.ndarray) -> tuple[list[RawScores], object]:
+def fused_raws(raws: Sequence[RawScores], examples: Sequence, mask: np.ndarray,
+               features: Optional[Sequence[str]] = None) -> tuple[list[RawScores], object]:
     """The answerability model (tasks/mrc/answerability.py) fitted on the examples in mask, and every raw
     with its P(answerable) replaced by the fused probability and its null test opened (a span found passes),
     so that rule "cls" thresholds the fused score alone, as the predictor applies a saved model."""
     items = items_of(examples)
     y = np.array([not ex.is_impossible for ex in examples])
     idx = np.nonzero(mask)[0]
-    model = fit_answerability([raws[i] for i in idx], [items[i] for i in idx], y[idx])
+    model = fit_answerability([raws[i] for i in idx], [items[i] for i in idx], y[idx],
+                              *([features] if features is not None else []))
     fused = apply_answerability(model, raws, items)
     return [dataclasses.replace(r, null_diff=1e9 if r.nbest else -np.inf) for r in fused], model
 
