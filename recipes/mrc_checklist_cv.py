@@ -286,6 +286,18 @@ def fused_features(text: str) -> tuple:
     return names
 
 
+def only_folds(text: str | None, n: int) -> tuple[set, bool]:
+    """--only-folds: (the folds to train and predict, whether 'final' was listed); a bad entry stops here, exit 2."""
+    if not text:
+        return set(range(n)), False
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in names if x != "final" and not (x.isdigit() and int(x) < n)]
+    if bad or not names:
+        print(f"--only-folds: {text!r}: each must be a fold number below {n} or 'final'", file=sys.stderr)
+        raise SystemExit(2)
+    return {int(x) for x in names if x != "final"}, "final" in names
+
+
 def applied_auc(exs, p) -> float | None:
     """ROC AUC (answerable = positive) of the per-question P(answerable) the folds' rules thresholded."""
     from sklearn.metrics import roc_auc_score
@@ -302,7 +314,9 @@ def main() -> int:
     ap.add_argument("--data", default=CHECKLIST)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--fold-seed", type=int, default=0)
-    ap.add_argument("--only-folds", default=None, help="train only these folds (comma list), e.g. for a pilot")
+    ap.add_argument("--only-folds", default=None,
+                    help="train only these folds (comma list; 'final': the model on all folds too), e.g. for a "
+                         "pilot, or to split the folds between processes of --threads 1 each")
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-5)
@@ -336,6 +350,7 @@ def main() -> int:
     args, exs, folds = start(ap)
     penalties, extensions, lengths = search_space(args)
     features = fused_features(args.fused_features)
+    only, final_too = only_folds(args.only_folds, args.folds)
     if args.members and args.final and not args.final_model:
         print("--final with --members needs --final-model DIR (the model the members' folds stand for; nothing is "
               "trained)", file=sys.stderr)
@@ -347,7 +362,10 @@ def main() -> int:
     searched = set(setting_names(penalties, extensions, lengths))
     extra = extra_examples(args.extra, args.seed) if args.extra and not (args.no_train or args.members) else []
     pieces: dict = {}
-    only = {int(x) for x in args.only_folds.split(",")} if args.only_folds else set(range(args.folds))
+    if final_too and not (args.no_train or args.members):  # the final model now; --final later only loads it
+        final_dir = os.path.join(args.out, "final")
+        if not os.path.isfile(os.path.join(final_dir, "model.safetensors")):
+            train_one(args, fold_training_set(exs, folds, None, args.repeat, extra), final_dir)
     for f in sorted(only):
         path = os.path.join(args.out, f"fold{f}.raw.json")
         idx = [i for i, g in enumerate(folds) if g == f]

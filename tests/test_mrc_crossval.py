@@ -249,6 +249,53 @@ def test_the_cross_validation_recipe_end_to_end(tmp_path):
     assert badf.returncode == 2 and badf.stderr.strip().splitlines()[-1].startswith("--fused-features: 'null_diff,titel'")
 
 
+def test_the_recipes_folds_split_between_processes(tmp_path):
+    """--only-folds with 'final': one process trains fold 1 and the final model, another fold 0 (each as
+    with --threads 1 side by side); a run with --final then trains nothing, builds the table from the kept
+    fold files and writes the choice into the final model the first process trained. A bad entry: one
+    line, exit 2."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import bertfam
+    from bertfam import HeadConfig, Tokenizer, preset
+    from bertfam.config import MRCSettings
+
+    from .conftest import ZH_VOCAB
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tok = Tokenizer.from_vocab(ZH_VOCAB)
+    cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=1, max_position_embeddings=128,
+                 head=HeadConfig(task="span", answerability=True, mrc=MRCSettings(max_length=128, doc_stride=64)))
+    base = tmp_path / "base"
+    bertfam.build_model(cfg, seed=0).save_pretrained(str(base), tokenizer=tok)
+    out = tmp_path / "cv"
+    cmd = [sys.executable, os.path.join(root, "recipes", "mrc_checklist_cv.py"), "--out", str(out), "--base", str(base),
+           "--data", os.path.join(root, "tests", "fixtures", "mrc", "checklist_demo_cut.json"), "--folds", "2",
+           "--steps", "2", "--batch-size", "4", "--extra", "", "--max-length", "128", "--doc-stride", "64",
+           "--threads", "1", "--extensions", "none", "--lengths", "16", "--overlap-penalties", "0"]
+    first = subprocess.run(cmd + ["--only-folds", "1,final"], capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "1 of 2 folds done" in first.stderr and "== reader" not in first.stdout
+    assert (out / "fold1.raw.json").is_file() and not (out / "fold0.raw.json").exists()
+    weights = (out / "final" / "model.safetensors").read_bytes()
+    info = out / "final" / "training_info.json"
+    assert not info.exists() or "cross_validation" not in info.read_text()  # no choice written yet
+    second = subprocess.run(cmd + ["--only-folds", "0"], capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0 and (out / "fold0.raw.json").is_file(), second.stderr[-2000:]
+    last = subprocess.run(cmd + ["--final"], capture_output=True, text=True, timeout=300)
+    assert last.returncode == 0 and "held out" not in last.stderr and "trained" not in last.stderr, last.stderr[-2000:]
+    assert "== reader: out-of-fold F1" in last.stdout
+    assert (out / "final" / "model.safetensors").read_bytes() == weights  # loaded, not trained again
+    rec = bertfam.from_pretrained(str(out / "final")).config.head.info["cross_validation"]
+    assert rec["questions"] == 8 and rec["folds"] == 2
+    for bad in ("2", "0,last"):
+        r = subprocess.run(cmd + ["--only-folds", bad], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith(f"--only-folds: {bad!r}"), r.stderr
+
+
 def test_the_verifier_cross_validation_recipe_feeds_the_reader_recipe(tmp_path):
     """recipes/mrc_verifier_cv.py on the 8-question fixture with a tiny encoder: per fold a pair classifier
     with its bottom layer frozen, fused with a cosine verifier out of fold, one score per question, the
