@@ -177,13 +177,10 @@ def test_breakdown_per_answerability_and_type():
     assert t["type ?"]["n"] == 10
 
 
-def test_the_cross_validation_recipe_end_to_end(tmp_path):
-    """recipes/mrc_checklist_cv.py on the 8-question checklist fixture with a tiny span model: 2 folds, 2
-    steps each, then the final model with the pooled choice and the cross-validation record that `bertfam
-    demo` prints; a second run reuses every fold's predictions (resumable)."""
-    import json
+def _recipe_command(tmp_path):
+    """(OUT, the recipes/mrc_checklist_cv.py command line) for the 8-question checklist fixture, 2 folds of 2
+    steps, with a tiny random span model saved as --base."""
     import os
-    import subprocess
     import sys
 
     import bertfam
@@ -199,10 +196,25 @@ def test_the_cross_validation_recipe_end_to_end(tmp_path):
     base = tmp_path / "base"
     bertfam.build_model(cfg, seed=0).save_pretrained(str(base), tokenizer=tok)
     out = tmp_path / "cv"
-    cmd = [sys.executable, os.path.join(root, "recipes", "mrc_checklist_cv.py"), "--out", str(out), "--base", str(base),
-           "--data", os.path.join(root, "tests", "fixtures", "mrc", "checklist_demo_cut.json"), "--folds", "2",
-           "--steps", "2", "--batch-size", "4", "--extra", "", "--max-length", "128", "--doc-stride", "64",
-           "--threads", "1", "--final"]
+    return out, [sys.executable, os.path.join(root, "recipes", "mrc_checklist_cv.py"), "--out", str(out),
+                 "--base", str(base), "--data", os.path.join(root, "tests", "fixtures", "mrc", "checklist_demo_cut.json"),
+                 "--folds", "2", "--steps", "2", "--batch-size", "4", "--extra", "", "--max-length", "128",
+                 "--doc-stride", "64", "--threads", "1"]
+
+
+def test_the_cross_validation_recipe_end_to_end(tmp_path):
+    """recipes/mrc_checklist_cv.py on the 8-question checklist fixture with a tiny span model: 2 folds, 2
+    steps each, then the final model with the pooled choice and the cross-validation record that `bertfam
+    demo` prints; a second run reuses every fold's predictions (resumable)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import bertfam
+
+    out, cmd = _recipe_command(tmp_path)
+    cmd = cmd + ["--final"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "== reader: out-of-fold F1" in r.stdout and "pooled choice" in r.stdout
@@ -260,22 +272,9 @@ def test_the_recipes_folds_split_between_processes(tmp_path):
     import sys
 
     import bertfam
-    from bertfam import HeadConfig, Tokenizer, preset
-    from bertfam.config import MRCSettings
 
-    from .conftest import ZH_VOCAB
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    tok = Tokenizer.from_vocab(ZH_VOCAB)
-    cfg = preset("bert-tiny", vocab_size=tok.vocab_size, num_hidden_layers=1, max_position_embeddings=128,
-                 head=HeadConfig(task="span", answerability=True, mrc=MRCSettings(max_length=128, doc_stride=64)))
-    base = tmp_path / "base"
-    bertfam.build_model(cfg, seed=0).save_pretrained(str(base), tokenizer=tok)
-    out = tmp_path / "cv"
-    cmd = [sys.executable, os.path.join(root, "recipes", "mrc_checklist_cv.py"), "--out", str(out), "--base", str(base),
-           "--data", os.path.join(root, "tests", "fixtures", "mrc", "checklist_demo_cut.json"), "--folds", "2",
-           "--steps", "2", "--batch-size", "4", "--extra", "", "--max-length", "128", "--doc-stride", "64",
-           "--threads", "1", "--extensions", "none", "--lengths", "16", "--overlap-penalties", "0"]
+    out, cmd = _recipe_command(tmp_path)
+    cmd = cmd + ["--extensions", "none", "--lengths", "16", "--overlap-penalties", "0"]
     first = subprocess.run(cmd + ["--only-folds", "1,final"], capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
     assert "1 of 2 folds done" in first.stderr and "== reader" not in first.stdout
