@@ -262,6 +262,34 @@ def test_train_runner_runs_from_a_config_without_the_cli(tmp_path, tok):
     assert os.path.isfile(os.path.join(out, "dev_heldout.json"))  # no dev file: half the passages held out
 
 
+def test_attention_dropout_option_sets_the_run_and_the_written_model(tmp_path, tok, capsys):
+    """--attention-dropout 0: every attention layer trains without it (SDPA's fused kernel) and the written
+    config says so; without the option the model's own value (0.1) is kept; out of range: one line, exit 2."""
+    from bertfam.modeling import set_attention_dropout
+    from bertfam.modeling.attention import SelfAttention
+
+    base = str(tmp_path / "base")
+    model = tiny_span_model(tok)
+    assert model.config.attention_probs_dropout_prob > 0
+    model.save_pretrained(base, tokenizer=tok)
+    train = os.path.join(MRC, "cmrc2018_trial_cut.json")
+    common = ["--train", train, "--dev-fraction", "0.5", "--max-steps", "1", "--batch-size", "4",
+              "--max-length", "64", "--doc-stride", "16", "--eval-limit", "1"]
+    for value, out in (("0", "zero"), (None, "own")):
+        flag = ["--attention-dropout", value] if value is not None else []
+        assert main(["mrc", "train", "--model", base, "--out", str(tmp_path / out), *common, *flag]) == 0
+    written = {o: json.load(open(tmp_path / o / "config.json"))["attention_probs_dropout_prob"] for o in ("zero", "own")}
+    assert written == {"zero": 0.0, "own": model.config.attention_probs_dropout_prob}
+    set_attention_dropout(model, 0.0)
+    assert [m.p_drop for m in model.modules() if isinstance(m, SelfAttention)] == [0.0] * model.config.num_hidden_layers
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:  # argparse's own exit for a bad option value
+        main(["mrc", "train", "--model", base, "--out", str(tmp_path / "bad"), *common, "--attention-dropout", "1"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert err.count("\n") == 1 and "--attention-dropout" in err
+
+
 def test_models_with_different_tokenizers_fall_back_to_voting(tok):
     from bertfam import ConfigError
     from bertfam.tasks.mrc import predictor_from_models

@@ -100,6 +100,10 @@ def _train_flags() -> dict:
         "out": Flag(),
         "tune_threshold": Flag(help="tune the no-answer thresholds on dev and save them in OUT/config.json"),
         "use_title": Flag(help="do not put the title before the passage", name="--no-title"),
+        "attention_dropout": Flag(float_range(0, 1, hi_open=True),
+                                  "the model's attention-probability dropout for this run and the model it writes "
+                                  "(default: the model's own; 0 lets training use the fused attention kernel, "
+                                  "about 1.7x faster steps for e5-small on CPU)"),
         **OPTIMIZATION_FLAGS,
         "train.precision": Flag(help="autocast dtype (auto: bf16 on a GPU that has it, else fp32; bf16 also pays on "
                                      "a CPU with AVX512_BF16)", choices=PRECISIONS),

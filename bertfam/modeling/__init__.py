@@ -2,4 +2,4 @@
 
 This package never imports training, tasks, serving or the CLI.
 """
-from .model import BertfamModel, ModelOutput, TaskModel, build_model  # noqa: F401
+from .model import BertfamModel, ModelOutput, TaskModel, build_model, set_attention_dropout  # noqa: F401

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from .attention import extended_mask
+from .attention import SelfAttention, extended_mask
 from .embeddings import Embeddings
 from .encoder import Encoder
 from .heads import HEAD_PARTS, IGNORE, MLMPredictor, build_head  # noqa: F401  (IGNORE: re-exported)
@@ -248,6 +248,19 @@ class TaskModel(nn.Module):
 def build_model(cfg: ModelConfig, seed: Optional[int] = None) -> TaskModel:
     """A randomly initialised model for `cfg` (heads from cfg.head)."""
     return TaskModel(cfg).init_weights(seed)
+
+
+def set_attention_dropout(model: nn.Module, p: float) -> None:
+    """Set the attention-probability dropout of `model` (its config and every self-attention layer) to p.
+    p = 0 lets PyTorch's SDPA run its fused (flash) CPU kernel in training; with p > 0 it falls back to the
+    math path, which draws a (B, heads, T, T) random mask per layer (2.3x slower steps for e5-small)."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"attention dropout must be in [0, 1), got {p}")
+    if hasattr(model, "config"):
+        model.config.attention_probs_dropout_prob = p
+    for m in model.modules():
+        if isinstance(m, SelfAttention):
+            m.p_drop = p
 
 
 _SAID_MISSING: set = set()  # (model home, side directory) already warned about

@@ -55,6 +55,9 @@ class MRCTrainConfig(RunOptions):
     dev_fraction: float = 0.1
     tune_threshold: bool = False  # tune the no-answer thresholds on dev, saved in OUT/config.json
     use_title: bool = True  # the title before the passage
+    # the model's attention-probability dropout for this run and the model it writes (None: the model's own);
+    # 0 lets training run PyTorch's fused attention kernel (modeling.set_attention_dropout)
+    attention_dropout: Optional[float] = None
     max_length: Optional[int] = None
     doc_stride: Optional[int] = None
     max_query_length: Optional[int] = None
@@ -151,10 +154,13 @@ def run_mrc_train(cfg: MRCTrainConfig) -> dict:
     """Train as `cfg` says; returns the run's summary (what OUT/mrc_train_summary.json holds), with "written"
     (one line: what the run wrote and its size) on the main process."""
     from ..data.mrc import read_many, read_mrc, split_examples, write_squad
+    from ..modeling import set_attention_dropout
     from ..tasks.mrc import load_span_model, train_mrc
     from ..training.distributed import is_main_process
     from ..training.rundir import describe_run_dir, link_duplicate_weights, prepare_run_dir
 
+    if cfg.attention_dropout is not None and not 0.0 <= cfg.attention_dropout < 1.0:
+        raise ConfigError(f"--attention-dropout {cfg.attention_dropout}: expected a probability in [0, 1)")
     # before anything is read or written: a second run into one out would mix two runs' files
     prepare_run_dir(cfg.out, resume=cfg.resume, overwrite=cfg.overwrite_output_dir, source=cfg.model)
     seed = cfg.train.seed
@@ -178,6 +184,8 @@ def run_mrc_train(cfg: MRCTrainConfig) -> dict:
         print("training questions per source: " + ", ".join(f"{k}: {v}" for k, v in by_src.items())
               + f"; dev questions: {len(dev)}", file=sys.stderr)
     model = load_span_model(cfg.model, cfg.vocab, seed=seed)
+    if cfg.attention_dropout is not None:
+        set_attention_dropout(model, cfg.attention_dropout)
     windows = {k: getattr(cfg, k) for k in ("max_length", "doc_stride", "max_query_length")
                if getattr(cfg, k) is not None}  # the rest: MRCSettings' defaults (train_mrc's)
     info = {"base_model": cfg.model, "train_files": list(cfg.train_files), "sources": by_src}
