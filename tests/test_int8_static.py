@@ -136,7 +136,10 @@ def test_qlinear_binary_add_and_sum(op):
 def test_qlinear_rows_do_not_depend_on_each_other(op):
     qx = _codes(torch.randn(37, 64, generator=torch.Generator().manual_seed(1)), 0.02, 128)
     full = _ql(op, qx, 0.02, 128)
-    assert torch.equal(full, torch.cat([_ql(op, qx[i:i + 1], 0.02, 128) for i in range(37)]))
+    rows = torch.cat([_ql(op, qx[i:i + 1], 0.02, 128) for i in range(37)])
+    # equal up to float summation order: oneDNN picks another kernel for 1 row than for 37 on some CPUs
+    # (AMX), while a batch-wide quantization step would move outputs by whole quantization steps (~1e-2)
+    assert float((full - rows).abs().max()) <= 1e-5 * float(full.abs().max())
 
 
 def test_quantize_u8_is_round_half_even_and_clamp():
