@@ -38,7 +38,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from bertfam.data.mrc import read_mrc  # noqa: E402
-from bertfam.data.mrc_negatives import answer_sentence_example, similar_passage_negatives  # noqa: E402
+from bertfam.data.mrc_negatives import (answer_sentence_example, copula_swapped_example,  # noqa: E402
+                                        similar_passage_negatives)
 from bertfam.tasks.mrc import (MRCPredictor, RawScores, decode, load_span_model, save_thresholds,  # noqa: E402
                                train_mrc)
 from bertfam.tasks.mrc.crossval import (assign_folds, bootstrap_interval, breakdown, fold_sizes,  # noqa: E402
@@ -61,23 +62,30 @@ EXTENSIONS = ("none", "trim", "clause", "sentence")
 def extra_examples(spec: str, seed: int) -> list:
     """--extra name:N,name:N -> N answerable questions of each set + one similar-passage negative each.
     NAME-sent (e.g. robust-sent:300): N other questions of the set with each passage cut to its answer's
-    sentence (half the time with the next one too), their negatives drawn from those short passages."""
+    sentence (half the time with the next one too), their negatives drawn from those short passages.
+    NAME-swap (e.g. cmrc-swap:200): up to N other questions whose answer ends a clause "X是ANSWER", the passage
+    rewritten as the one sentence "ANSWER是X。" (`copula_swapped_example`), negatives drawn from those."""
     rng = random.Random(seed)
     out = []
     used: set = set()  # a question is in one extra set only
     for part in filter(None, spec.split(",")):
         name, _, n = part.partition(":")
-        base = name[:-len("-sent")] if name.endswith("-sent") else name
-        if base not in EXTRA:
-            raise SystemExit(f"--extra: {name!r} not in {', '.join(EXTRA)} (or NAME-sent)")
+        base, _, kind = name.partition("-")
+        if base not in EXTRA or kind not in ("", "sent", "swap"):
+            raise SystemExit(f"--extra: {name!r} not in {', '.join(EXTRA)} (or NAME-sent, NAME-swap)")
         exs, rep = read_mrc(EXTRA[base][0], source=EXTRA[base][1])
         print(rep.summary(), file=sys.stderr)
         free = [e for e in exs if not e.is_impossible and (base, e.qid) not in used]
+        if kind == "swap":
+            free = [e for e in free if copula_swapped_example(e) is not None]
         pos = rng.sample(free, min(int(n or 400), len(free)))
         used.update((base, e.qid) for e in pos)
-        if base != name:
+        if kind == "sent":
             cut = np.random.default_rng(seed)
             pos = [x for x in (answer_sentence_example(e, cut, p_next=0.5) for e in pos) if x is not None]
+        elif kind == "swap":
+            pos = [copula_swapped_example(e) for e in pos]
+        print(f"--extra {name}: {len(pos)} answerable + their negatives", file=sys.stderr)
         out += pos + similar_passage_negatives(pos, seed=seed)
     return out
 

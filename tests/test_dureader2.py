@@ -12,8 +12,8 @@ from bertfam.data.dureader2 import (align_words, answer_overlap, best_f1_span, f
                                     word_span_to_chars)
 from bertfam.data.mrc import MRCAnswer, MRCExample
 from bertfam.data.mrc_windows import Window
-from bertfam.data.mrc_negatives import (answer_removed_negative, answer_sentence_example, sentences,
-                                       similar_passage_negatives)
+from bertfam.data.mrc_negatives import (answer_removed_negative, answer_sentence_example, copula_swapped_example,
+                                        sentences, similar_passage_negatives)
 from bertfam.errors import DataError
 from bertfam.tasks.mrc import MRCPredictor, RawScores, SpanCandidate, decode, settings_of, tune_on_raw
 
@@ -156,6 +156,24 @@ def test_answer_sentence_example_keeps_the_answer_sentence_only():
     assert answer_sentence_example(dataclasses.replace(ex, answers=[], is_impossible=True)) is None
     across = _ex("d", "q", "甲。乙说。丙来了。丁。", "乙说。丙")  # an answer over two sentences keeps both
     assert answer_sentence_example(across).context == "乙说。丙来了。"
+
+
+def test_copula_swapped_example_puts_the_answer_first():
+    ex = _ex("a", "全聚德老板是谁", "全聚德始建于1864年，全聚德创始人是杨全仁，后来传给了他的儿子。", "杨全仁")
+    s = copula_swapped_example(ex)
+    assert s.context == "杨全仁是全聚德创始人。" and s.qid == "a:swap" and not s.is_impossible
+    a = s.answers[0]
+    assert (a.start, a.end) == (0, 3) and s.context[a.start:a.end] == "杨全仁"
+    assert s.question == ex.question and s.title == ex.title
+    # not "X是ANSWER" ending its clause: left alone
+    assert copula_swapped_example(_ex("b", "q", "创始人是杨全仁先生。", "杨全仁")) is None  # the clause goes on
+    assert copula_swapped_example(_ex("c", "q", "创始人为杨全仁。", "杨全仁")) is None  # no 是
+    assert copula_swapped_example(_ex("d", "q", "是杨全仁。", "杨全仁")) is None  # no subject to move
+    assert copula_swapped_example(_ex("e", "q", "我个人感觉是吕颂贤版。", "吕颂贤版")) is None  # a hedge
+    assert copula_swapped_example(_ex("f", "q", "他说这就是杨全仁。", "杨全仁")) is None  # a pronoun
+    assert copula_swapped_example(_ex("h", "q", "价格基本都是100元。", "100元")) is None  # an adverb of 是
+    assert copula_swapped_example(_ex("g", "q", "老板是谁是杨全仁。", "杨全仁")) is None  # 是 in the stem
+    assert copula_swapped_example(dataclasses.replace(ex, answers=[], is_impossible=True)) is None
 
 
 # ------------------------------------------------------------------ long answers and tuned decoding

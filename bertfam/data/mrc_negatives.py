@@ -11,6 +11,9 @@ answer it. Two constructions imitate that:
 `answer_sentence_example` is the answerable counterpart for short inputs: the question with only the
 sentence that holds its answer (what a user pastes: "北京是中华人民共和国的首都。"), so that a reader trained
 on 300-character crops that start mid-sentence also sees passages whose first word is the answer.
+`copula_swapped_example` rewrites "X是ANSWER" as "ANSWER是X": real passages put the answer after 是 far more
+often than before it, and a reader that never saw the answer as the subject declines "北京是中华人民共和国的首都。"
+for "中国的首都是哪里？".
 """
 from __future__ import annotations
 
@@ -29,6 +32,36 @@ _SENTENCE = re.compile(r"[^。！？!?；;\n]*[。！？!?；;\n]+|[^。！？!?
 def sentences(text: str) -> list[tuple[int, int]]:
     """[start, end) character spans of the sentences of `text`, covering it without gaps."""
     return [(m.start(), m.end()) for m in _SENTENCE.finditer(text) if m.end() > m.start()]
+
+
+# a clause ends at a comma, colon or sentence end
+_CLAUSE = re.compile(r"[^，,。！？!?；;：:\n]+")
+# stems that would not read as a subject once moved after 是 (connectives, hedges, pronouns)
+_BAD_STEM_START = ("而", "但", "所以", "因此", "因为", "如果", "我", "你", "他", "她", "它", "这", "那", "其", "主要",
+                   "一般", "真实", "可能", "应该", "就", "也", "还", "都", "即", "则", "并", "且", "或")
+# ... or ending in an adverb that belongs with 是 (基本都是, 应该就是, 也不是)
+_BAD_STEM_END = ("都", "就", "也", "还", "只", "才", "又", "不", "正", "总", "即", "便", "则", "应该", "可能", "大概",
+                 "一般", "大约", "约")
+
+
+def copula_swapped_example(ex: MRCExample, max_stem: int = 30, max_answer: int = 20) -> Optional[MRCExample]:
+    """`ex` whose first answer ends a clause of the form "X是ANSWER" (X: 2 to max_stem characters, no 是 of
+    its own, not starting with a connective or pronoun, not ending in an adverb) as the one-sentence passage "ANSWER是X。", the answer
+    now its first word; None for any other example."""
+    if ex.is_impossible or not ex.answers:
+        return None
+    ans, ctx = ex.answers[0], ex.context
+    if ans.start < 1 or ctx[ans.start - 1] != "是" or len(ans.text) > max_answer or not ans.text.strip():
+        return None
+    clause = next((m for m in _CLAUSE.finditer(ctx) if m.start() <= ans.start and ans.end <= m.end()), None)
+    if clause is None or clause.end() != ans.end:
+        return None
+    stem = ctx[clause.start():ans.start - 1].strip()
+    if (not 2 <= len(stem) <= max_stem or "是" in stem or stem.startswith(_BAD_STEM_START)
+            or stem.endswith(_BAD_STEM_END)):
+        return None
+    return dataclasses.replace(ex, qid=f"{ex.qid}:swap", context=f"{ans.text}是{stem}。",
+                               answers=[MRCAnswer(ans.text, 0)])
 
 
 def answer_removed_negative(ex: MRCExample, min_chars: int = 40) -> Optional[MRCExample]:
