@@ -72,7 +72,8 @@ def extra_examples(spec: str, seed: int) -> list:
         name, _, n = part.partition(":")
         base, _, kind = name.partition("-")
         if base not in EXTRA or kind not in ("", "sent", "swap"):
-            raise SystemExit(f"--extra: {name!r} not in {', '.join(EXTRA)} (or NAME-sent, NAME-swap)")
+            print(f"--extra: {name!r} not in {', '.join(EXTRA)} (or NAME-sent, NAME-swap)", file=sys.stderr)
+            raise SystemExit(2)
         exs, rep = read_mrc(EXTRA[base][0], source=EXTRA[base][1])
         print(rep.summary(), file=sys.stderr)
         free = [e for e in exs if not e.is_impossible and (base, e.qid) not in used]

@@ -248,6 +248,8 @@ def test_the_cross_validation_recipe_end_to_end(tmp_path):
     chosen = {c["setting"] for rep in json.load(open(out / "cv.json"))["reports"]
               for c in [rep["pooled"], *rep["folds"].values()]}
     assert chosen and chosen <= {"none/16", "none/48"}, chosen
+    badx = subprocess.run(cmd + ["--extra", "robust-swop:10"], capture_output=True, text=True, timeout=300)
+    assert badx.returncode == 2 and badx.stderr.strip().splitlines()[-1].startswith("--extra: 'robust-swop'")
     bad = subprocess.run(cmd + ["--extensions", "none,word"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("--extensions: 'none,word'")
     # the fused model without the title features: any fused fit it reports has none of them
