@@ -23,7 +23,8 @@ from typing import Optional
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bertfam.data.dureader2 import read_dureader2  # noqa: E402
-from bertfam.data.mrc_negatives import answer_sentence_example, sentences  # noqa: E402
+from bertfam.data.mrc_negatives import (answer_sentence_example, copula_swapped_example,  # noqa: E402
+                                        sentences, similar_passage_negatives)
 from bertfam.data.mrc import MRCAnswer, read_mrc, split_examples, write_squad  # noqa: E402
 
 D = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "mrc")
@@ -103,6 +104,20 @@ def shorten(xs: list, fraction: float, rng: random.Random) -> list:
     return out
 
 
+def swapped(examples: list, copies: int, rng: random.Random, width: int) -> list:
+    """`copies` of each copula-swapped example ("X是ANSWER" rewritten as "ANSWER是X", `copula_swapped_example`),
+    as the one sentence and inside its cropped passage, and for each one-sentence copy the question paired
+    with the most similar OTHER swapped sentence as unanswerable: the answer as a clause's subject is rare in
+    real passages, and without the negatives "a short sentence that starts with a name" would itself become
+    the signal."""
+    sent = [s for s in map(copula_swapped_example, examples) if s is not None]
+    ctx = [crop(s, width, rng) for s in (copula_swapped_example(e, in_context=True) for e in examples)
+           if s is not None]
+    negs = similar_passage_negatives(sent, seed=rng.randrange(1 << 30))
+    base = sent + ctx + negs
+    return [dataclasses.replace(x, qid=f"{x.qid}#{k}") for k in range(copies) for x in base]
+
+
 def build(examples: list, n_neg: int, rng: random.Random, width: int, short: float = 0.0,
           short_rng: Optional[random.Random] = None) -> list:
     pos = [crop(ex, width, rng) for ex in examples]
@@ -151,15 +166,21 @@ def main() -> None:
     ap.add_argument("--short", type=float, default=0.0,
                     help="share of train questions whose passage is cut to the answer's sentence (unanswerable:"
                          " one or two sentences)")
+    ap.add_argument("--swap", type=int, default=0,
+                    help="copies of each train question whose answer ends 'X是ANSWER', rewritten as 'ANSWER是X' (one"
+                         " sentence, and in its passage) with a similar-sentence negative; 0: none")
     ap.add_argument("--add", default="", help=f"sets added to train (no dev part): name[:N answerable, default all],... of {', '.join(ADDED)}")
     a = ap.parse_args()
     added = [x.partition(":") for x in a.add.split(",") if x]
     bad = [name + _ + n for name, _, n in added if name not in ADDED or not (n == "" or n.isdigit())]
     if bad:
         ap.error(f"--add: {bad[0]!r} is not NAME or NAME:N, NAME one of {', '.join(ADDED)}")
+    if a.swap < 0:
+        ap.error(f"--swap: {a.swap} is negative (copies of each swapped question; 0: none)")
     added = [(name, int(n or 0)) for name, _, n in added]
     rng = random.Random(a.seed)
     short_rng = random.Random(a.seed + 1)
+    swap_rng = random.Random(a.seed + 2)  # its own random numbers: the rest is that of a run without --swap
     os.makedirs(a.out, exist_ok=True)
     train, dev = [], []
     for name, files in SOURCES.items():
@@ -178,6 +199,11 @@ def main() -> None:
         k = int(len(tr) * a.neg_fraction / (1 - a.neg_fraction))
         train += build(tr, k, rng, a.crop, a.short, short_rng)
         dev += build(dv, int(len(dv) * 0.8), rng, a.dev_crop)  # dev: ~45% unanswerable, like the demo's 51%
+        if a.swap > 0:
+            sw = swapped(tr, a.swap, swap_rng, a.crop)
+            train += sw
+            print(f"{name}: {len(sw)} copula-swapped questions ({sum(x.is_impossible for x in sw)} unanswerable)",
+                  file=sys.stderr)
         print(f"{name}: train {len(tr)} answerable questions, dev {len(dv)}", file=sys.stderr)
     for name, n in added:
         train += added_set(name, n, rng, a.neg_fraction, a.crop, a.short, short_rng)

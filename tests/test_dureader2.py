@@ -165,6 +165,10 @@ def test_copula_swapped_example_puts_the_answer_first():
     a = s.answers[0]
     assert (a.start, a.end) == (0, 3) and s.context[a.start:a.end] == "杨全仁"
     assert s.question == ex.question and s.title == ex.title
+    c = copula_swapped_example(ex, in_context=True)  # the clause rewritten where it stands, the rest kept
+    assert c.context == "全聚德始建于1864年，杨全仁是全聚德创始人，后来传给了他的儿子。" and c.qid == "a:swapc"
+    a = c.answers[0]
+    assert a.start == 12 and c.context[a.start:a.end] == "杨全仁"
     # not "X是ANSWER" ending its clause: left alone
     assert copula_swapped_example(_ex("b", "q", "创始人是杨全仁先生。", "杨全仁")) is None  # the clause goes on
     assert copula_swapped_example(_ex("c", "q", "创始人为杨全仁。", "杨全仁")) is None  # no 是
@@ -173,6 +177,9 @@ def test_copula_swapped_example_puts_the_answer_first():
     assert copula_swapped_example(_ex("f", "q", "他说这就是杨全仁。", "杨全仁")) is None  # a pronoun
     assert copula_swapped_example(_ex("h", "q", "价格基本都是100元。", "100元")) is None  # an adverb of 是
     assert copula_swapped_example(_ex("g", "q", "老板是谁是杨全仁。", "杨全仁")) is None  # 是 in the stem
+    assert copula_swapped_example(_ex("i", "q", "虽然今天大气的成分是氮。", "氮")) is None  # a connective
+    assert copula_swapped_example(_ex("j", "q", "小猪出生时是粉灰色。", "粉灰色")) is None  # a time clause
+    assert copula_swapped_example(_ex("k", "q", "中国的首都是北京。", "北京")).context == "北京是中国的首都。"  # 都 of a noun
     assert copula_swapped_example(dataclasses.replace(ex, answers=[], is_impossible=True)) is None
 
 

@@ -164,3 +164,31 @@ def test_general_stage_data_short_passages():
     assert all(x.context[a.start:a.end] == a.text for x in cut_pos for a in x.answers)
     assert all(x.is_impossible and not x.answers and len(x.context) < len(ctx) for x in cut_neg)
     assert [x.qid for x in out] == [x.qid for x in pos + neg]  # same questions, same ids
+
+
+def test_general_stage_data_copula_swaps():
+    """recipes/mrc_cropped_data.py --swap: each "X是ANSWER" question comes back as the sentence "ANSWER是X。",
+    inside its passage, and with another swapped sentence as an unanswerable copy; answers at their text."""
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "recipes"))
+    import mrc_cropped_data as cd
+    from bertfam.data.mrc import MRCAnswer, MRCExample
+
+    def ex(qid, q, ctx, ans):
+        return MRCExample(qid, q, ctx, answers=[MRCAnswer(ans, ctx.index(ans))])
+
+    exs = [ex("a", "中国的首都是哪里", "中国位于亚洲东部，中国的首都是北京。", "北京"),
+           ex("b", "法国的首都是哪里", "法国位于欧洲西部，法国的首都是巴黎。", "巴黎"),
+           ex("c", "长江有多长", "长江全长约6300公里。", "6300公里")]  # no "X是ANSWER": not swapped
+    out = cd.swapped(exs, 2, random.Random(0), 300)
+    assert len(out) == 2 * 6 and len({x.qid for x in out}) == 12  # copies get their own ids
+    first = [x for x in out if x.qid.endswith("#0")]
+    by_id = {x.qid: x for x in first}
+    assert by_id["a:swap#0"].context == "北京是中国的首都。"
+    assert by_id["a:swapc#0"].context == "中国位于亚洲东部，北京是中国的首都。"
+    assert all(x.context[a.start:a.end] == a.text for x in out for a in x.answers)
+    negs = [x for x in first if x.is_impossible]
+    assert {x.context for x in negs} == {"巴黎是法国的首都。", "北京是中国的首都。"}  # the other one's sentence
+    assert all(not any(t in x.context for t in by_id[x.qid.split(":")[0] + ":swap#0"].answer_texts) for x in negs)
+    assert cd.swapped(exs, 0, random.Random(0), 300) == []

@@ -38,16 +38,25 @@ def sentences(text: str) -> list[tuple[int, int]]:
 _CLAUSE = re.compile(r"[^，,。！？!?；;：:\n]+")
 # stems that would not read as a subject once moved after 是 (connectives, hedges, pronouns)
 _BAD_STEM_START = ("而", "但", "所以", "因此", "因为", "如果", "我", "你", "他", "她", "它", "这", "那", "其", "主要",
-                   "一般", "真实", "可能", "应该", "就", "也", "还", "都", "即", "则", "并", "且", "或")
+                   "一般", "真实", "可能", "应该", "就", "也", "还", "都", "即", "则", "并", "且", "或",
+                   "虽", "尽管", "不过", "可是", "然而", "另外", "此外", "同时", "在", "当", "对于", "关于", "除了")
 # ... or ending in an adverb that belongs with 是 (基本都是, 应该就是, 也不是)
 _BAD_STEM_END = ("都", "就", "也", "还", "只", "才", "又", "不", "正", "总", "即", "便", "则", "应该", "可能", "大概",
-                 "一般", "大约", "约")
+                 "一般", "大约", "约",
+                 "时", "后", "前")  # ... or a time clause (小猪出生时是粉灰色: no subject)
 
 
-def copula_swapped_example(ex: MRCExample, max_stem: int = 30, max_answer: int = 20) -> Optional[MRCExample]:
+# ... but 都 ending a noun is no adverb (中国的首都是北京)
+_CITY_DU = ("首都", "成都", "京都", "古都", "国都", "故都", "陪都", "帝都", "新都")
+
+
+def copula_swapped_example(ex: MRCExample, max_stem: int = 30, max_answer: int = 20,
+                           in_context: bool = False) -> Optional[MRCExample]:
     """`ex` whose first answer ends a clause of the form "X是ANSWER" (X: 2 to max_stem characters, no 是 of
-    its own, not starting with a connective or pronoun, not ending in an adverb) as the one-sentence passage "ANSWER是X。", the answer
-    now its first word; None for any other example."""
+    its own, not starting with a connective or pronoun, not ending in an adverb) as the one-sentence passage
+    "ANSWER是X。", the answer now its first word; None for any other example.
+    in_context: the clause is rewritten where it stands and the rest of the passage kept (the answer starts
+    the clause, not the passage), so the pattern is also seen inside a longer text."""
     if ex.is_impossible or not ex.answers:
         return None
     ans, ctx = ex.answers[0], ex.context
@@ -57,9 +66,13 @@ def copula_swapped_example(ex: MRCExample, max_stem: int = 30, max_answer: int =
     if clause is None or clause.end() != ans.end:
         return None
     stem = ctx[clause.start():ans.start - 1].strip()
-    if (not 2 <= len(stem) <= max_stem or "是" in stem or stem.startswith(_BAD_STEM_START)
-            or stem.endswith(_BAD_STEM_END)):
+    adverb_end = stem.endswith(_BAD_STEM_END) and not stem.endswith(_CITY_DU)
+    if not 2 <= len(stem) <= max_stem or "是" in stem or stem.startswith(_BAD_STEM_START) or adverb_end:
         return None
+    if in_context:
+        start = ctx.index(stem, clause.start())
+        return dataclasses.replace(ex, qid=f"{ex.qid}:swapc", context=f"{ctx[:start]}{ans.text}是{stem}{ctx[ans.end:]}",
+                                   answers=[MRCAnswer(ans.text, start)])
     return dataclasses.replace(ex, qid=f"{ex.qid}:swap", context=f"{ans.text}是{stem}。",
                                answers=[MRCAnswer(ans.text, 0)])
 
