@@ -21,7 +21,7 @@ from bertfam.modeling.activations import ACT
 from bertfam.modeling.calibration import OBSERVERS, calibrate
 from bertfam.modeling.encoder import Layer
 from bertfam.modeling.int8 import Int8Linear, is_int8, quantize_int8
-from bertfam.modeling.int8_static import (POST_OPS, StaticInt8Layer, StaticInt8Linear, StaticInt8LinearAct,
+from bertfam.modeling.int8_static import (native_bf16, set_attention_dtype, POST_OPS, StaticInt8Layer, StaticInt8Linear, StaticInt8LinearAct,
                                           StaticInt8LinearAdd, is_static_int8, quantize_static_int8, quantize_u8)
 from bertfam.modeling.optimize import optimize_for_inference, reuses_buffers
 
@@ -43,9 +43,11 @@ def _calib(cfg):
     return [_batch(cfg, B=8, T=32, seed=s) for s in range(4)]
 
 
-def _static(plain, observer="minmax"):
+def _static(plain, observer="minmax", attention=torch.float32):
+    """float32 attention unless asked: the kernel tests must not depend on whether this CPU has native bf16
+    (the swap's default, set_attention_dtype(None))."""
     m = copy.deepcopy(plain)
-    return quantize_static_int8(m, calibrate(m, _calib(plain.config), observer))
+    return set_attention_dtype(quantize_static_int8(m, calibrate(m, _calib(plain.config), observer)), attention)
 
 
 def _hidden(model, kw, packing="auto"):
@@ -220,6 +222,28 @@ def test_layouts_agree_and_other_families(plain):
     assert float((out - ref)[real].norm() / ref[real].norm()) < 0.05
 
 
+def test_bf16_attention_costs_no_accuracy_and_is_chosen_by_the_cpu(plain, monkeypatch):
+    """Attention in bf16 inside static int8 layers: q, k, v come out of qkv as bf16, the context is quantized
+    from it; on hidden states its error against float is within 10 % of float32 attention's, in both
+    layouts (the 8-bit activations around it dominate). The swap picks bf16 only where the CPU has it."""
+    kw = _batch(plain.config, B=6, T=24, seed=99)
+    real = kw["attention_mask"].bool()
+    ref = _hidden(plain, kw)
+    f32, bf16 = _static(plain), _static(plain, attention=torch.bfloat16)
+    assert bf16.backbone.encoder.layers[0].attn.qkv.out_dtype == torch.bfloat16
+    for packing in ("padded", "auto"):
+        e32, e16 = (float((_hidden(m, kw, packing) - ref)[real].norm() / ref[real].norm()) for m in (f32, bf16))
+        assert e16 <= 1.1 * e32 + 1e-3, (packing, e16, e32)
+    import bertfam.modeling.int8_static as st
+    for has, want in ((False, torch.float32), (True, torch.bfloat16)):
+        monkeypatch.setattr(st, "native_bf16", lambda has=has: has)
+        m = quantize_static_int8(copy.deepcopy(plain), calibrate(plain, _calib(plain.config)))
+        assert {layer.attn.qkv.out_dtype for layer in m.backbone.encoder.layers} == {want}
+    with pytest.raises(ConfigError, match="float32 or bfloat16"):
+        set_attention_dtype(f32, torch.float16)
+    assert isinstance(native_bf16(), bool)
+
+
 def test_calibration_sees_real_tokens_only(plain):
     cfg = plain.config
     b = _batch(cfg, B=4, T=20, seed=5)
@@ -291,7 +315,7 @@ def test_optimize_for_inference_keeps_the_static_layers(plain):
         optimize_for_inference(m, compile=True)
     # a model already buffer-reusing becomes static layers all the same (only they can call the modules)
     fast = optimize_for_inference(copy.deepcopy(plain), linear="aten")
-    quantize_static_int8(fast, calibrate(plain, _calib(plain.config)))
+    set_attention_dtype(quantize_static_int8(fast, calibrate(plain, _calib(plain.config))), torch.float32)
     assert all(type(layer) is StaticInt8Layer for layer in fast.backbone.encoder.layers)
     assert torch.equal(_hidden(fast, kw), before)
     twin = copy.deepcopy(m)  # the packed cache is dropped, rebuilt on first use
@@ -304,7 +328,7 @@ def test_static_checkpoint_round_trip(plain, tmp_path):
     m.save_pretrained(str(tmp_path / "s"))
     cfg = json.load(open(tmp_path / "s" / "config.json"))
     assert cfg["quantization"]["method"] == "static-int8"
-    back = bertfam.from_pretrained(str(tmp_path / "s"))
+    back = set_attention_dtype(bertfam.from_pretrained(str(tmp_path / "s")), torch.float32)  # as m's
     assert type(back.backbone.encoder.layers[0]) is StaticInt8Layer
     assert type(back.backbone.encoder.layers[0].ffn_in) is StaticInt8LinearAct
     assert back.backbone.encoder.layers[1].ffn_out.inplace and not back.backbone.encoder.layers[1].attn.out.inplace

@@ -66,5 +66,7 @@ class SelfAttention(nn.Module):
             probs = F.dropout(torch.softmax(scores, dim=-1), p_drop, self.training)
             ctx = torch.matmul(probs, v)
         else:
+            if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
+                mask = mask.to(q.dtype)  # bf16 attention of a static int8 layer: SDPA wants one dtype
             ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
         return ctx.transpose(1, 2).reshape(B, T, H), scores  # (B, T, H)

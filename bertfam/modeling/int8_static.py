@@ -161,11 +161,15 @@ class StaticInt8Linear(Int8Linear):
         back ourselves, the same way for every input)."""
         return self.quantize(x).reshape(-1, self.in_features)
 
+    # what forward returns: float32, or bfloat16 for attn.qkv where attention runs in bf16
+    # (set_attention_dtype); the kernel writes either directly
+    out_dtype = torch.float32
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_inference(self, x)
         k = self.kernel()
         y = torch.ops.onednn.qlinear_pointwise(self.rows(x), k.scale, k.zero_point, k.packed, self.weight_scale,
-                                               k.w_zp, self.bias, 1.0, 0, torch.float32, "none", [], "")  # (M, N)
+                                               k.w_zp, self.bias, 1.0, 0, self.out_dtype, "none", [], "")  # (M, N)
         return y.view(*x.shape[:-1], self.out_features)
 
 
@@ -234,6 +238,33 @@ class StaticInt8Layer(Layer):
         return self.ffn_norm(self.ffn_out(f, x1)), scores  # LN(x1 + ffn_out(f)), the sum written over x1
 
 
+# ---------------------------------------------------------------- attention precision
+def native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX512_BF16 or AMX): there bf16 attention is 2.7-3.2x
+    faster than float32 (docs/int8_kernels.md); elsewhere bf16 is emulated and slower."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def set_attention_dtype(model: nn.Module, dtype: Optional[torch.dtype] = None) -> nn.Module:
+    """The dtype static int8 layers compute attention in (QKᵀ, softmax, PV): torch.float32, torch.bfloat16,
+    or None = bfloat16 where the CPU has native bf16 (`native_bf16`), else float32. In a static int8 layer
+    everything around attention is 8-bit already (its input and output are quantized to uint8), so bf16's
+    8-bit mantissa adds little error there (docs/int8_kernels.md measures it); qkv writes q, k, v in that
+    dtype, and out quantizes the context from it. Returns the model; float layers are left alone."""
+    dtype = dtype or (torch.bfloat16 if native_bf16() else torch.float32)
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise ConfigError(f"static int8 attention runs in float32 or bfloat16, not {dtype}")
+    for m in model.modules():
+        if isinstance(m, StaticInt8Layer):
+            m.attn.qkv.out_dtype = dtype
+    return model
+
+
 # ---------------------------------------------------------------- the swap
 def quantize_static_int8(model: nn.Module, calibration: Optional[dict] = None,
                          modules: Sequence[str] = INT8_MODULES) -> nn.Module:
@@ -253,6 +284,7 @@ def quantize_static_int8(model: nn.Module, calibration: Optional[dict] = None,
     if calibration is not None:  # the swaps keep every module's name
         _set_calibration(model, calibration)
     record_quantization(model, modules, METHOD)
+    set_attention_dtype(model)  # a property of this machine, not of the checkpoint: chosen at every load
     return model.eval()
 
 
