@@ -55,8 +55,9 @@ LABELS = {
                     "dynamic-quantized (bertfam/modeling/int8.py)",
     "bertfam-int8-static": "bertfam static int8 (bertfam quantize --calibrate; bertfam/modeling/int8_static.py): "
                            "the same int8 weights, activation scales calibrated on the batches nncf.quantize gets, "
-                           "GELU and residual adds fused into oneDNN's qlinear; loaded from the saved checkpoint, "
-                           "then optimize_for_inference",
+                           "GELU and residual adds fused into oneDNN's qlinear, attention in bf16 where the CPU has native "
+                           "bf16 (AVX512_BF16 / AMX; float32 elsewhere); loaded from the saved checkpoint, then "
+                           "optimize_for_inference",
     "bertfam-aten": "bertfam as `bertfam`, optimize_for_inference(linear=\"aten\"): torch's addmm (the kernel "
                     "before the probe; the buffer path bit for bit)",
     "bertfam-mkl": "bertfam as `bertfam`, optimize_for_inference(linear=\"mkl\"): encoder projections on MKL "
