@@ -192,3 +192,13 @@ def test_general_stage_data_copula_swaps():
     assert {x.context for x in negs} == {"巴黎是法国的首都。", "北京是中国的首都。"}  # the other one's sentence
     assert all(not any(t in x.context for t in by_id[x.qid.split(":")[0] + ":swap#0"].answer_texts) for x in negs)
     assert cd.swapped(exs, 0, random.Random(0), 300) == []
+
+
+def test_general_stage_data_rejects_a_negative_swap_count(tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "recipes", "mrc_cropped_data.py"), "--out",
+                        str(tmp_path / "d"), "--swap", "-1"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--swap: -1 is negative" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "d").exists()
