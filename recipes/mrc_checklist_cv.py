@@ -42,10 +42,11 @@ from bertfam.data.mrc_negatives import (answer_sentence_example, copula_swapped_
                                         similar_passage_negatives)
 from bertfam.tasks.mrc import (MRCPredictor, RawScores, decode, load_span_model, save_thresholds,  # noqa: E402
                                train_mrc)
-from bertfam.tasks.mrc.crossval import (assign_folds, bootstrap_interval, breakdown, fold_sizes,  # noqa: E402
+from bertfam.tasks.mrc.crossval import (FitExtra, assign_folds, bootstrap_interval, breakdown, fold_sizes,  # noqa: E402
                                         items_of, leaks, tune_out_of_fold)
 from bertfam.tasks.mrc.answerability import FEATURES  # noqa: E402
 from bertfam.training import TrainConfig  # noqa: E402
+from bertfam.training.interpolation import interpolate_  # noqa: E402
 from bertfam.utils import atomic_write_text  # noqa: E402
 
 D = os.path.join(ROOT, "..", "shared", "data")
@@ -54,12 +55,13 @@ EXTRA = {  # name -> (file, source): answerable sets whose similar passages beco
     "robust": (os.path.join(D, "mrc", "dureader_robust", "dev.json"), "dureader-robust"),
     "cmrc": (os.path.join(D, "mrc", "cmrc2018", "cmrc2018_train.json"), "cmrc2018"),
     "drcd": (os.path.join(D, "mrc", "drcd", "DRCD_dev.json"), "drcd"),
+    "trial": (os.path.join(D, "mrc", "cmrc2018", "cmrc2018_trial.json"), "cmrc2018"),  # no stage trains on it
 }
 LENGTHS = (8, 16, 24, 32, 48, 64, 96)
 EXTENSIONS = ("none", "trim", "clause", "sentence")
 
 
-def extra_examples(spec: str, seed: int) -> list:
+def extra_examples(spec: str, seed: int, flag: str = "--extra") -> list:
     """--extra name:N,name:N -> N answerable questions of each set + one similar-passage negative each.
     NAME-sent (e.g. robust-sent:300): N other questions of the set with each passage cut to its answer's
     sentence (half the time with the next one too), their negatives drawn from those short passages.
@@ -72,7 +74,7 @@ def extra_examples(spec: str, seed: int) -> list:
         name, _, n = part.partition(":")
         base, _, kind = name.partition("-")
         if base not in EXTRA or kind not in ("", "sent", "swap"):
-            print(f"--extra: {name!r} not in {', '.join(EXTRA)} (or NAME-sent, NAME-swap)", file=sys.stderr)
+            print(f"{flag}: {name!r} not in {', '.join(EXTRA)} (or NAME-sent, NAME-swap)", file=sys.stderr)
             raise SystemExit(2)
         exs, rep = read_mrc(EXTRA[base][0], source=EXTRA[base][1])
         print(rep.summary(), file=sys.stderr)
@@ -89,6 +91,36 @@ def extra_examples(spec: str, seed: int) -> list:
         print(f"--extra {name}: {len(pos)} answerable + their negatives", file=sys.stderr)
         out += pos + similar_passage_negatives(pos, seed=seed)
     return out
+
+
+def fit_extra_examples(spec: str, extra_spec: str, seed: int) -> list:
+    """--fused-extra: questions built as --extra builds them (e.g. trial-sent:300,trial-swap:150: CMRC2018
+    trial questions cut to their answer's sentence, or rewritten "ANSWER是X。", each with a similar-passage
+    negative), without titles; only the fused answerability model is fitted on them. A set that --extra
+    trains on is refused (its questions would not be new to the models)."""
+    trained = {p.partition(":")[0].partition("-")[0] for p in extra_spec.split(",") if p}
+    clash = sorted({p.partition(":")[0].partition("-")[0] for p in spec.split(",") if p} & trained)
+    if clash:
+        print(f"--fused-extra: {', '.join(clash)} is in --extra too (the fused model must be fitted on questions "
+              "no model trained on)", file=sys.stderr)
+        raise SystemExit(2)
+    return [dataclasses.replace(e, qid=f"fit-{e.qid}", title=None) for e in extra_examples(spec, seed + 7, "--fused-extra")]
+
+
+def fit_extra_raws(args, fit_exs: list, penalties, f: int) -> dict:
+    """Fold f's model's decode results of the --fused-extra questions ({setting: [RawScores]}), kept in
+    OUT/foldF.fused-extra.json with the spec they were built from (another spec: predicted again)."""
+    path = os.path.join(args.out, f"fold{f}.fused-extra.json")
+    if os.path.isfile(path):
+        kept = json.load(open(path))
+        if kept.get("spec") == args.fused_extra and kept.get("qids") == [e.qid for e in fit_exs] \
+                and not set(setting_names(penalties)) - set(kept["raws"]):
+            return {k: [RawScores.from_dict(r, path) for r in v] for k, v in kept["raws"].items()}
+    model = trained_fold_model(args, f)
+    cands = raw_candidates(model, fit_exs, [None] * len(fit_exs), penalties)
+    atomic_write_text(path, json.dumps({"spec": args.fused_extra, "qids": [e.qid for e in fit_exs],
+                                        "raws": {k: [r.to_dict() for r in v] for k, v in cands.items()}}))
+    return cands
 
 
 def start(ap: argparse.ArgumentParser):
@@ -129,9 +161,13 @@ def train_one(args, train_exs, out_dir: str):
     t0 = time.time()
     summary = train_mrc(model, train_exs, out_dir, tune=False, train=tc, max_length=args.max_length,
                         doc_stride=args.doc_stride, info={"recipe": "recipes/mrc_checklist_cv.py", "data": os.path.basename(args.data),
-                              "repeat": args.repeat, "extra": args.extra})
+                              "repeat": args.repeat, "extra": args.extra, "base_weight": args.base_weight})
     print(f"  trained {summary.get('steps')} steps in {time.time() - t0:.0f} s "
           f"(final loss {summary.get('train_loss', summary.get('loss'))})", file=sys.stderr)
+    if args.base_weight > 0:  # WiSE-FT: the fine-tuned weights mixed back with --base's, saved in their place
+        interpolate_(model, load_span_model(args.base, seed=args.seed).state_dict(), args.base_weight)
+        model.save_pretrained(out_dir)
+        print(f"  weights: {args.base_weight:g} x base + {1 - args.base_weight:g} x fine-tuned", file=sys.stderr)
     return model
 
 
@@ -242,8 +278,8 @@ def signal_quality(exs, cands) -> dict:
     return {"auc": auc, "forced_f1_answerable": forced}
 
 
-def report(exs, folds, cands, rules, label: str, features=None) -> dict:
-    res = tune_out_of_fold(cands, exs, folds, rules, features)
+def report(exs, folds, cands, rules, label: str, features=None, fit_extra=None) -> dict:
+    res = tune_out_of_fold(cands, exs, folds, rules, features, fit_extra)
     table = breakdown(exs, res["f1"], res["em"], res["answers"])
     lo, hi = bootstrap_interval(res["f1"])
     base = table["all"]["baseline_F1"]
@@ -330,6 +366,9 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-5)
     ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--base-weight", type=float, default=0.0, metavar="A",
+                    help="each trained model's weights become A x --base's + (1 - A) x its own (WiSE-FT weight "
+                         "interpolation; 0: the fine-tuned model as trained), before it predicts and is saved")
     ap.add_argument("--repeat", type=int, default=2, help="copies of the training folds' questions")
     ap.add_argument("--extra", default="robust:400", help="extra data, name:N,... (robust, cmrc, drcd; '' none)")
     ap.add_argument("--max-length", type=int, default=256)
@@ -351,12 +390,19 @@ def main() -> int:
     ap.add_argument("--fused-features", default="all",
                     help="inputs of the fused answerability model: all, no-title (without the title's match with "
                          "the question), or a comma list of " + ", ".join(FEATURES))
+    ap.add_argument("--fused-extra", default="", metavar="NAME:N,...",
+                    help="questions no model trains on, added to the fused answerability model's fit (not to the "
+                         "thresholds' tuning or the table), built as --extra builds them, without titles: e.g. "
+                         "trial-sent:300,trial-swap:150 (CMRC2018 trial: one-sentence passages)")
     ap.add_argument("--final", action="store_true", help="then train on all folds and save OUT/final")
     ap.add_argument("--final-model", default=None, metavar="DIR",
                     help="with --final: DIR already holds the model this recipe trained on all folds (e.g. the "
                          "shipped one, or with --members the int8 copy of a run's final model); only the "
                          "out-of-fold choice is written into its config")
     args, exs, folds = start(ap)
+    if not 0.0 <= args.base_weight <= 1.0:
+        print(f"--base-weight: {args.base_weight:g} is not in [0, 1]", file=sys.stderr)
+        return 2
     penalties, extensions, lengths = search_space(args)
     features = fused_features(args.fused_features)
     only, final_too = only_folds(args.only_folds, args.folds)
@@ -369,6 +415,7 @@ def main() -> int:
     rel = relevance_of(exs, args.verifier, os.path.join(args.out, "relevance.json"))
     rules = ("both", "null", "cls") + (("verifier", "all") if args.verifier else ())
     searched = set(setting_names(penalties, extensions, lengths))
+    fit_exs = fit_extra_examples(args.fused_extra, args.extra, args.seed) if args.fused_extra else []
     extra = extra_examples(args.extra, args.seed) if args.extra and not (args.no_train or args.members) else []
     pieces: dict = {}
     if final_too and not (args.no_train or args.members):  # the final model now; --final later only loads it
@@ -405,12 +452,15 @@ def main() -> int:
     results = {"args": vars(args), "signals": quality, "reports": [report(exs, folds, cands, ("both", "null", "cls"), "reader")]}
     if args.verifier:
         results["reports"].append(report(exs, folds, cands, rules, "reader + verifier rules"))
-    results["reports"].append(report(exs, folds, cands, rules + ("fused",), "fused signals (logistic regression)",
-                                     features))
+    fit_extra = FitExtra(fit_exs, {f: fit_extra_raws(args, fit_exs, penalties, f) for f in range(args.folds)}) \
+        if fit_exs else None
+    results["reports"].append(report(exs, folds, cands, rules + ("fused",), "fused signals (logistic regression)"
+                                     + (f" + {len(fit_exs)} --fused-extra questions in its fit" if fit_exs else ""),
+                                     features, fit_extra))
     if args.verifier:  # the same without the verifier's score: a system without a second encoder
         bare = {k: [dataclasses.replace(r, relevance=None) for r in v] for k, v in cands.items()}
         results["reports"].append(report(exs, folds, bare, ("both", "null", "cls", "fused"),
-                                         "fused signals without the verifier", features))
+                                         "fused signals without the verifier", features, fit_extra))
     best = max(results["reports"], key=lambda r: r["oof_f1"])
     results["best"] = best["label"]
     atomic_write_text(os.path.join(args.out, "cv.json"), json.dumps(results, ensure_ascii=False, indent=1) + "\n")

@@ -89,6 +89,35 @@ def test_fit_learns_the_title_signal_and_gives_a_constant_feature_no_weight():
         fit(raws[::2], items[::2], y[::2])
 
 
+def _collinear_case(n=400, seed=3):
+    """Answerable iff a hidden score d is high; the reader's null diff and P(answerable) see d plus a nuisance
+    e, and the top span's probability sees e alone: fitted freely, the top span's probability takes a
+    negative weight that subtracts the nuisance (what a one-sentence passage, with a top span probability
+    far above any seen in fitting, then turns into a large negative vote)."""
+    rng = np.random.default_rng(seed)
+    d, e = rng.normal(0, 2, n), rng.normal(0, 2, n)
+    y = d + rng.normal(0, 0.5, n) > 0
+    raws = [_raw("答案", float(di + ei), p=float(1 / (1 + np.exp(-(di + ei)))), prob=float(np.clip(0.5 + 0.1 * ei, 0.01, 0.99)))
+            for di, ei in zip(d, e)]
+    items = [{"question": "问题是什么", "passage": "一段文字", "title": None}] * n
+    return raws, items, list(y)
+
+
+def test_fit_matches_sklearn_without_bounds_and_keeps_the_readers_weights_nonnegative():
+    from sklearn.linear_model import LogisticRegression
+
+    raws, items, y = _collinear_case()
+    free = fit(raws, items, y, nonnegative=())
+    X = np.stack([feature_vector(r, it) for r, it in zip(raws, items)])
+    ref = LogisticRegression(C=1.0, max_iter=5000, tol=1e-10).fit((X - free.mean) / np.array(free.scale), y)
+    assert np.allclose(free.coef, ref.coef_[0], atol=2e-3) and free.intercept == pytest.approx(ref.intercept_[0], abs=2e-3)
+    reader = [FEATURES.index(n) for n in ("null_diff", "reader_logit", "top_prob")]
+    assert free.coef[FEATURES.index("top_prob")] < -0.5  # the case has a free weight to bound
+    bounded = fit(raws, items, y)
+    assert min(bounded.coef[i] for i in reader) >= 0.0 and bounded.coef[FEATURES.index("null_diff")] > 0.5
+    assert bounded.coef[FEATURES.index("top_prob")] == 0.0  # at its bound
+
+
 def test_the_fused_rule_out_of_fold_beats_the_reader_rules_on_a_title_signal():
     exs, raws = _title_case(160, seed=2)
     folds = [i % 4 for i in range(len(exs))]
@@ -152,3 +181,33 @@ def test_a_model_that_weighs_the_verifier_needs_one():
     with pytest.raises(ConfigError, match="weighs the verifier's relevance, but the predictor has no verifier"):
         check_model(m, needs_relevance=True)
     check_model(AnswerabilityModel(**dict(m.__dict__, coef=[0.0, 1.0])), needs_relevance=True)
+
+
+def test_fit_extra_questions_teach_the_fused_model_a_regime_the_judged_set_lacks():
+    """The judged questions all have titles and a reader that is noise; the extra questions (no title, a
+    reader that is right) enter only the fused fit: with them, a new title-less question with a confident
+    reader gets a higher P(answerable), and the scores are still the judged questions' alone."""
+    from bertfam.tasks.mrc.crossval import FitExtra
+
+    exs, raws = _title_case(80, seed=4)
+    folds = [(i // 2) % 2 for i in range(len(exs))]
+    rng = np.random.default_rng(5)
+    extra_exs, extra_raws = [], []
+    for i in range(60):
+        imp = i % 2 == 1
+        extra_exs.append(MRCExample(f"x{i}", "中国的首都是哪里", "北京是中国的首都。", None,
+                                    [] if imp else [MRCAnswer("北京", 0)], imp, "in-domain"))
+        extra_raws.append(_raw("北京", float(rng.normal(-6 if imp else 6, 1)), p=0.2 if imp else 0.9))
+    fe = FitExtra(extra_exs, {0: {"none/8": extra_raws}, 1: {"none/8": extra_raws[::-1]}})
+    assert fe.of(1, "none/8")[0] == extra_raws[::-1]
+    pooled_raws, pooled_exs = fe.of(-1, "none/8")
+    assert len(pooled_raws) == len(pooled_exs) == 120 and pooled_exs[60] is extra_exs[0]
+    with pytest.raises(ConfigError, match="none/16"):
+        fe.of(0, "none/16")
+    plain = tune_out_of_fold({"none/8": raws}, exs, folds, rules=("fused",))
+    mixed = tune_out_of_fold({"none/8": raws}, exs, folds, rules=("fused",), fit_extra=fe)
+    assert len(mixed["f1"]) == len(exs)
+    new = {"question": "法国的首都是哪里", "passage": "巴黎是法国的首都。", "title": None}
+    p = [probability(AnswerabilityModel(**r["pooled"]["fusion"]), _raw("巴黎", 6.0, p=0.9), new)
+         for r in (plain, mixed)]
+    assert p[1] > p[0] + 0.2, p

@@ -297,6 +297,40 @@ def test_the_recipes_folds_split_between_processes(tmp_path):
         assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith(f"--only-folds: {bad!r}"), r.stderr
 
 
+def test_the_recipes_base_weight_mixes_each_fold_model_with_the_base(tmp_path):
+    """--base-weight A: the fold model saved (and predicting) is A x --base + (1 - A) x the model as trained;
+    the same fold trained without it gives the unmixed weights (training is seeded). Outside [0, 1]: one
+    line, exit 2."""
+    import subprocess
+
+    import torch
+    from safetensors.torch import load_file
+
+    out, cmd = _recipe_command(tmp_path)
+    cmd = cmd + ["--extensions", "none", "--lengths", "16", "--overlap-penalties", "0", "--only-folds", "0"]
+    plain = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    mixed_out = tmp_path / "cv-mixed"
+    mixed = subprocess.run([x if x != str(out) else str(mixed_out) for x in cmd] + ["--base-weight", "0.5"],
+                           capture_output=True, text=True, timeout=300)
+    assert mixed.returncode == 0 and "0.5 x base + 0.5 x fine-tuned" in mixed.stderr, mixed.stderr[-2000:]
+    base = load_file(str(tmp_path / "base" / "model.safetensors"))
+    tuned = load_file(str(out / "fold0" / "model.safetensors"))
+    mix = load_file(str(mixed_out / "fold0" / "model.safetensors"))
+    moved = [k for k in tuned if tuned[k].is_floating_point() and not torch.allclose(tuned[k], base[k])]
+    assert moved  # training changed the weights, so the check below can fail
+    for k in moved:
+        assert torch.allclose(mix[k], 0.5 * base[k] + 0.5 * tuned[k], atol=1e-6), k
+    assert (mixed_out / "fold0.raw.json").read_text() != (out / "fold0.raw.json").read_text()
+    bad = subprocess.run(cmd + ["--base-weight", "1.5"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == "--base-weight: 1.5 is not in [0, 1]"
+    # --fused-extra: a set the folds also train on, or an unknown one, is one line and exit 2
+    for spec, extra, want in (("trial-sent:10", "trial:5", "--fused-extra: trial is in --extra too"),
+                              ("trail:10", "", "--fused-extra: 'trail' not in")):
+        r = subprocess.run(cmd + ["--fused-extra", spec, "--extra", extra], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith(want), r.stderr[-500:]
+
+
 def test_the_verifier_cross_validation_recipe_feeds_the_reader_recipe(tmp_path):
     """recipes/mrc_verifier_cv.py on the 8-question fixture with a tiny encoder: per fold a pair classifier
     with its bottom layer frozen, fused with a cosine verifier out of fold, one score per question, the

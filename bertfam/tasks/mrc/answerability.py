@@ -91,11 +91,17 @@ def check_model(model: AnswerabilityModel, needs_relevance: bool = False,
                           "(head.mrc.verifier names none, or verifier=False / --no-verifier was given)")
 
 
-def fit(raws: Sequence[RawScores], items: Sequence[dict], y: Sequence[bool], names: Sequence[str] = FEATURES,
-        c: float = 1.0) -> AnswerabilityModel:
-    """Logistic regression of answerable on the standardised features (L2, C=c) of these questions."""
-    from sklearn.linear_model import LogisticRegression
+# the reader's signals: each higher = more likely answerable by construction, so their weights are kept >= 0.
+# Fitted freely, two of these collinear signals take opposite signs that cancel on the checklist's long
+# passages and stop cancelling off it (a one-sentence passage: top span probability far above any seen there).
+NONNEGATIVE = ("null_diff", "reader_logit", "top_prob", "relevance")
 
+
+def fit(raws: Sequence[RawScores], items: Sequence[dict], y: Sequence[bool], names: Sequence[str] = FEATURES,
+        c: float = 1.0, nonnegative: Sequence[str] = NONNEGATIVE) -> AnswerabilityModel:
+    """Logistic regression of answerable on the standardised features: C * log loss + |w|^2 / 2 (sklearn's
+    LogisticRegression objective, intercept unpenalised), minimised by L-BFGS-B with the weights of the
+    features in `nonnegative` bounded below by 0."""
     if len(raws) != len(items) or len(items) != len(y):
         raise ConfigError("fit: one decode result, one item and one label per question")
     if len(set(map(bool, y))) < 2:
@@ -103,9 +109,29 @@ def fit(raws: Sequence[RawScores], items: Sequence[dict], y: Sequence[bool], nam
     X = np.stack([feature_vector(r, it, names) for r, it in zip(raws, items)])  # (N, F)
     mu, sd = X.mean(0), X.std(0)
     sd = np.where(sd > 1e-9, sd, 1.0)  # a constant feature (no verifier: relevance 0) gets weight 0
-    lr = LogisticRegression(C=c, max_iter=2000).fit((X - mu) / sd, np.asarray(y, dtype=bool))
+    coef, intercept = _logistic((X - mu) / sd, np.asarray(y, dtype=bool),
+                                c, [(0.0, None) if n in nonnegative else (None, None) for n in names])
     return AnswerabilityModel(features=list(names), mean=mu.tolist(), scale=sd.tolist(),
-                              coef=lr.coef_[0].tolist(), intercept=float(lr.intercept_[0]))
+                              coef=coef.tolist(), intercept=intercept)
+
+
+def _logistic(Z: np.ndarray, y: np.ndarray, c: float, bounds: list) -> tuple[np.ndarray, float]:
+    """(weights (F,), intercept) minimising c * sum log(1 + exp(-s z)) + |w|^2 / 2, s = +-1 the label,
+    z = Z w + b, under per-weight bounds (the intercept free)."""
+    from scipy.optimize import minimize
+    from scipy.special import expit
+
+    s = np.where(y, 1.0, -1.0)  # (N,)
+
+    def loss(theta):
+        w, b = theta[:-1], theta[-1]
+        m = s * (Z @ w + b)  # (N,) margins
+        g = -c * s * expit(-m)  # d loss / d z
+        return c * np.logaddexp(0.0, -m).sum() + 0.5 * w @ w, np.append(Z.T @ g + w, g.sum())
+
+    res = minimize(loss, np.zeros(Z.shape[1] + 1), jac=True, method="L-BFGS-B", bounds=bounds + [(None, None)],
+                   options={"maxiter": 5000, "gtol": 1e-8})
+    return res.x[:-1], float(res.x[-1])
 
 
 def probability(model: AnswerabilityModel, raw: RawScores, item: dict) -> float:

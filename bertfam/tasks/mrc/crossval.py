@@ -77,7 +77,7 @@ def leaks(examples: Sequence, folds: Sequence[int]) -> list[str]:
 
 def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Sequence, folds: Sequence[int],
                      rules: Sequence[str] = ("both", "null", "cls"),
-                     features: Optional[Sequence[str]] = None) -> dict:
+                     features: Optional[Sequence[str]] = None, fit_extra: Optional["FitExtra"] = None) -> dict:
     """Choose a decoding setting (a key of `candidates`: name -> one `decode` result per example, each
     example's from the model that did not train on it) and a no-answer rule with its thresholds for every
     fold on the OTHER folds' examples (tune_on_raw, official F1; ties: the earlier candidate and rule), and
@@ -86,7 +86,8 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Se
     answerability model of rule "fused" as a dict}, "pooled": the setting chosen on all folds together (what
     a model trained on all of them ships with), "p_answerable": per example the P(answerable) its fold's
     rule thresholded (rule "fused": the fused model's, fitted without the fold)}. features: the fused
-    model's inputs (default: all of answerability.FEATURES)."""
+    model's inputs (default: all of answerability.FEATURES). fit_extra: questions added to every fused
+    model's fit (never to the threshold tuning or the scores), see FitExtra."""
     from ...evaluation.dureader import Reference, score_one
 
     for r in rules:
@@ -99,14 +100,16 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Se
         raise ConfigError("no decoding setting to choose from")
     folds = np.asarray(folds)
 
-    def best_on(mask: np.ndarray) -> dict:
-        """The best setting and rule tuned on the examples in mask; "fused" raws are fitted on them too."""
+    def best_on(mask: np.ndarray, key: int) -> dict:
+        """The best setting and rule tuned on the examples in mask; "fused" raws are fitted on them too (and
+        on fit_extra's questions as the model of fold `key`, -1: all folds', predicted them)."""
         sub = [examples[i] for i in np.nonzero(mask)[0]]
         best = None
         for name, raws in candidates.items():
             for rule in rules:
                 if rule == "fused":
-                    use, model = fused_raws(raws, examples, mask, features)
+                    use, model = fused_raws(raws, examples, mask, features,
+                                            fit_extra.of(key, name) if fit_extra is not None else None)
                     tune_rule = "cls"
                 else:
                     model, use, tune_rule = None, raws, rule
@@ -119,7 +122,7 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Se
     answers, f1, em, choices = [None] * n, np.zeros(n), np.zeros(n), {}
     p_used = [None] * n
     for f in sorted(set(folds.tolist())):
-        c = best_on(folds != f)
+        c = best_on(folds != f, int(f))
         use = c.pop("raws")
         choices[int(f)] = c
         for i in np.nonzero(folds == f)[0]:
@@ -129,21 +132,54 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Se
             answers[i] = raw.best.text if ok else NO_ANSWER
             ex = examples[i]
             f1[i], em[i] = score_one(Reference(ex.answer_texts, ex.is_impossible, ex.qtype), answers[i])
-    pooled = best_on(np.ones(n, dtype=bool))
+    pooled = best_on(np.ones(n, dtype=bool), -1)
     pooled.pop("raws")
     return {"answers": answers, "f1": f1, "em": em, "choices": choices, "pooled": pooled, "p_answerable": p_used}
 
 
+@dataclasses.dataclass
+class FitExtra:
+    """Questions from outside the judged set, added to the fused answerability model's fit only: examples,
+    and raws[f][setting] their decode results as predicted by fold f's model, one per example. The fit for
+    fold f uses fold f's predictions; the pooled fit (key -1) all folds' together, as it uses every fold's
+    predictions of the judged questions.
+
+    Why: the judged questions (DuReader-checklist) all have long same-topic passages and nearly all a title;
+    a model fitted on them alone extrapolates its lexical features to a one-sentence passage without a title
+    (the README's example) and outvotes a confident reader there. Short title-less questions that no model
+    trained on put that regime into the fit, while the thresholds are still tuned on the judged questions."""
+
+    examples: Sequence
+    raws: Mapping[int, Mapping[str, Sequence[RawScores]]]
+
+    def of(self, key: int, setting: str) -> tuple[list[RawScores], list]:
+        keys = sorted(self.raws) if key == -1 else [key]
+        out: list = []
+        for k in keys:
+            got = self.raws.get(k, {}).get(setting)
+            if got is None or len(got) != len(self.examples):
+                raise ConfigError(f"fit_extra: no {len(self.examples)} decode results of setting {setting!r} "
+                                  f"from fold {k}'s model")
+            out += list(got)
+        return out, list(self.examples) * len(keys)
+
+
 def fused_raws(raws: Sequence[RawScores], examples: Sequence, mask: np.ndarray,
-               features: Optional[Sequence[str]] = None) -> tuple[list[RawScores], object]:
-    """The answerability model (tasks/mrc/answerability.py) fitted on the examples in mask, and every raw
-    with its P(answerable) replaced by the fused probability and its null test opened (a span found passes),
-    so that rule "cls" thresholds the fused score alone, as the predictor applies a saved model."""
+               features: Optional[Sequence[str]] = None,
+               extra: Optional[tuple[Sequence[RawScores], Sequence]] = None) -> tuple[list[RawScores], object]:
+    """The answerability model (tasks/mrc/answerability.py) fitted on the examples in mask (plus extra: (raws,
+    examples) fitted on as well), and every raw with its P(answerable) replaced by the fused probability and
+    its null test opened (a span found passes), so that rule "cls" thresholds the fused score alone, as the
+    predictor applies a saved model."""
     items = items_of(examples)
     y = np.array([not ex.is_impossible for ex in examples])
     idx = np.nonzero(mask)[0]
-    model = fit_answerability([raws[i] for i in idx], [items[i] for i in idx], y[idx],
-                              *([features] if features is not None else []))
+    fit_raws, fit_items, fit_y = [raws[i] for i in idx], [items[i] for i in idx], list(y[idx])
+    if extra is not None:
+        fit_raws += list(extra[0])
+        fit_items += items_of(extra[1])
+        fit_y += [not ex.is_impossible for ex in extra[1]]
+    model = fit_answerability(fit_raws, fit_items, fit_y, *([features] if features is not None else []))
     fused = apply_answerability(model, raws, items)
     return [dataclasses.replace(r, null_diff=1e9 if r.nbest else -np.inf) for r in fused], model
 
