@@ -66,20 +66,22 @@ def extra_examples(spec: str, seed: int, flag: str = "--extra") -> list:
     NAME-sent (e.g. robust-sent:300): N other questions of the set with each passage cut to its answer's
     sentence (half the time with the next one too), their negatives drawn from those short passages.
     NAME-swap (e.g. cmrc-swap:200): up to N other questions whose answer ends a clause "X是ANSWER", the passage
-    rewritten as the one sentence "ANSWER是X。" (`copula_swapped_example`), negatives drawn from those."""
+    rewritten as the one sentence "ANSWER是X。" (`copula_swapped_example`), negatives drawn from those.
+    NAME-swap2: the same questions twice, as that sentence and rewritten in place inside their passage (the
+    answer opening its clause within a longer text), negatives drawn from both."""
     rng = random.Random(seed)
     out = []
     used: set = set()  # a question is in one extra set only
     for part in filter(None, spec.split(",")):
         name, _, n = part.partition(":")
         base, _, kind = name.partition("-")
-        if base not in EXTRA or kind not in ("", "sent", "swap"):
-            print(f"{flag}: {name!r} not in {', '.join(EXTRA)} (or NAME-sent, NAME-swap)", file=sys.stderr)
+        if base not in EXTRA or kind not in ("", "sent", "swap", "swap2"):
+            print(f"{flag}: {name!r} not in {', '.join(EXTRA)} (or NAME-sent, NAME-swap, NAME-swap2)", file=sys.stderr)
             raise SystemExit(2)
         exs, rep = read_mrc(EXTRA[base][0], source=EXTRA[base][1])
         print(rep.summary(), file=sys.stderr)
         free = [e for e in exs if not e.is_impossible and (base, e.qid) not in used]
-        if kind == "swap":
+        if kind in ("swap", "swap2"):
             free = [e for e in free if copula_swapped_example(e) is not None]
         pos = rng.sample(free, min(int(n or 400), len(free)))
         used.update((base, e.qid) for e in pos)
@@ -88,6 +90,8 @@ def extra_examples(spec: str, seed: int, flag: str = "--extra") -> list:
             pos = [x for x in (answer_sentence_example(e, cut, p_next=0.5) for e in pos) if x is not None]
         elif kind == "swap":
             pos = [copula_swapped_example(e) for e in pos]
+        elif kind == "swap2":
+            pos = [copula_swapped_example(e, in_context=c) for e in pos for c in (False, True)]
         print(f"--extra {name}: {len(pos)} answerable + their negatives", file=sys.stderr)
         out += pos + similar_passage_negatives(pos, seed=seed)
     return out
