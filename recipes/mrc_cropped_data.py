@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bertfam.data.dureader2 import read_dureader2  # noqa: E402
 from bertfam.data.mrc_negatives import (answer_sentence_example, copula_swapped_example,  # noqa: E402
-                                        sentences, similar_passage_negatives)
+                                        definition_question_examples, sentences, similar_passage_negatives)
 from bertfam.data.mrc import MRCAnswer, read_mrc, split_examples, write_squad  # noqa: E402
 
 D = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "mrc")
@@ -118,6 +118,23 @@ def swapped(examples: list, copies: int, rng: random.Random, width: int) -> list
     return [dataclasses.replace(x, qid=f"{x.qid}#{k}") for k in range(copies) for x in base]
 
 
+def definitions(examples: list, copies: int, rng: random.Random, width: int) -> list:
+    """`copies` of each question made from a defining sentence of the examples' passages ("X，简称…，是Y的Z" ->
+    "Y的Z是什么？" answered by X, `definition_question_examples`), inside its cropped passage and cut to its
+    sentence (half the time with the next one), and for each sentence the question paired with the most
+    similar OTHER definition sentence as unanswerable ("雨果大街是法国巴黎十六区的一条街道" for a street of
+    香港): the answer opening its sentence, which the sources' questions rarely ask about, without letting
+    "a sentence that opens with a name" become the signal itself."""
+    seen: set = set()
+    made = [d for ex in examples if not (ex.context in seen or seen.add(ex.context))
+            for d in definition_question_examples(ex)]
+    sent = [s for s in (answer_sentence_example(d, rng, p_next=0.5) for d in made) if s is not None]
+    ctx = [c for c in (crop(d, width, rng) for d in made) if c.answers]
+    negs = similar_passage_negatives(sent, seed=rng.randrange(1 << 30))
+    base = sent + ctx + negs
+    return [dataclasses.replace(x, qid=f"{x.qid}#{k}") for k in range(copies) for x in base]
+
+
 def build(examples: list, n_neg: int, rng: random.Random, width: int, short: float = 0.0,
           short_rng: Optional[random.Random] = None) -> list:
     pos = [crop(ex, width, rng) for ex in examples]
@@ -169,6 +186,10 @@ def main() -> None:
     ap.add_argument("--swap", type=int, default=0,
                     help="copies of each train question whose answer ends 'X是ANSWER', rewritten as 'ANSWER是X' (one"
                          " sentence, and in its passage) with a similar-sentence negative; 0: none")
+    ap.add_argument("--definitions", type=int, default=0,
+                    help="copies of the questions made from the passages' defining sentences ('X，…，是Y的Z' ->"
+                         " 'Y的Z是什么？' answered by X), in the passage and as a sentence, with similar-sentence"
+                         " negatives; 0: none")
     ap.add_argument("--add", default="", help=f"sets added to train (no dev part): name[:N answerable, default all],... of {', '.join(ADDED)}")
     a = ap.parse_args()
     added = [x.partition(":") for x in a.add.split(",") if x]
@@ -177,10 +198,13 @@ def main() -> None:
         ap.error(f"--add: {bad[0]!r} is not NAME or NAME:N, NAME one of {', '.join(ADDED)}")
     if a.swap < 0:
         ap.error(f"--swap: {a.swap} is negative (copies of each swapped question; 0: none)")
+    if a.definitions < 0:
+        ap.error(f"--definitions: {a.definitions} is negative (copies of each definition question; 0: none)")
     added = [(name, int(n or 0)) for name, _, n in added]
     rng = random.Random(a.seed)
     short_rng = random.Random(a.seed + 1)
     swap_rng = random.Random(a.seed + 2)  # its own random numbers: the rest is that of a run without --swap
+    def_rng = random.Random(a.seed + 3)  # ... and without --definitions
     os.makedirs(a.out, exist_ok=True)
     train, dev = [], []
     for name, files in SOURCES.items():
@@ -203,6 +227,11 @@ def main() -> None:
             sw = swapped(tr, a.swap, swap_rng, a.crop)
             train += sw
             print(f"{name}: {len(sw)} copula-swapped questions ({sum(x.is_impossible for x in sw)} unanswerable)",
+                  file=sys.stderr)
+        if a.definitions > 0:
+            df = definitions(tr, a.definitions, def_rng, a.crop)
+            train += df
+            print(f"{name}: {len(df)} definition questions ({sum(x.is_impossible for x in df)} unanswerable)",
                   file=sys.stderr)
         print(f"{name}: train {len(tr)} answerable questions, dev {len(dv)}", file=sys.stderr)
     for name, n in added:

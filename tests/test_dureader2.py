@@ -13,6 +13,7 @@ from bertfam.data.dureader2 import (align_words, answer_overlap, best_f1_span, f
 from bertfam.data.mrc import MRCAnswer, MRCExample
 from bertfam.data.mrc_windows import Window
 from bertfam.data.mrc_negatives import (answer_removed_negative, answer_sentence_example, copula_swapped_example,
+                                        definition_question_examples,
                                         sentences, similar_passage_negatives)
 from bertfam.errors import DataError
 from bertfam.tasks.mrc import MRCPredictor, RawScores, SpanCandidate, decode, settings_of, tune_on_raw
@@ -181,6 +182,29 @@ def test_copula_swapped_example_puts_the_answer_first():
     assert copula_swapped_example(_ex("j", "q", "小猪出生时是粉灰色。", "粉灰色")) is None  # a time clause
     assert copula_swapped_example(_ex("k", "q", "中国的首都是北京。", "北京")).context == "北京是中国的首都。"  # 都 of a noun
     assert copula_swapped_example(dataclasses.replace(ex, answers=[], is_impossible=True)) is None
+
+
+def test_definition_question_examples_ask_for_the_entity_that_opens_the_sentence():
+    ctx = "北京，简称“京”，是中华人民共和国的首都，也是全国的政治中心。雨果大街（Avenue Victor-Hugo）是法国巴黎的一条街道。"
+    made = definition_question_examples(_ex("a", "q", ctx, "全国"))
+    assert [(d.question, d.answers[0].text, d.answers[0].start) for d in made] == [
+        ("中华人民共和国的首都是哪里？", "北京", 0), ("法国巴黎的一条街道是哪里？", "雨果大街", 31)]
+    assert all(ctx[d.answers[0].start:d.answers[0].end] == d.answers[0].text and d.context == ctx for d in made)
+    assert made[0].qid == "a:def0" and not made[0].is_impossible
+    person = definition_question_examples(_ex("b", "q", "邓霓仪是已故富豪邓肇坚爵士的孙女，身家丰厚。", "身家"))
+    assert person[0].question == "已故富豪邓肇坚爵士的孙女是谁？" and person[0].answers[0].text == "邓霓仪"
+    thing = definition_question_examples(_ex("c", "q", "土地伦理是环境伦理的视角之一。", "土地伦理"))
+    assert thing[0].question == "环境伦理的视角之一是什么？"
+    # no entity, or no relation that names its subject: nothing made
+    for bad in ("另外，五羊邨站是非换乘的一般车站。",  # an adverb opens the sentence
+                "同时，这层白霜使得整个柿饼都是干燥的。",  # an adjective predicate
+                "西里伯斯鹿豚起初被认为是巴比如萨猪鹿的亚种。",  # a clause, not a name
+                "牠们是非洲最大的水鸟。",  # a pronoun
+                "新加坡是一个城市国家。",  # no 的: "一个城市国家是什么" asks for nothing in particular
+                "全聚德始建于1864年。"):  # no 是
+        assert definition_question_examples(_ex("d", "q", bad, bad[:2])) == [], bad
+    many = "。".join(f"甲{c}是乙国的城市" for c in "一二三四") + "。"
+    assert len(definition_question_examples(_ex("e", "q", many, "乙国"), max_per_passage=2)) == 2
 
 
 # ------------------------------------------------------------------ long answers and tuned decoding

@@ -194,11 +194,46 @@ def test_general_stage_data_copula_swaps():
     assert cd.swapped(exs, 0, random.Random(0), 300) == []
 
 
-def test_general_stage_data_rejects_a_negative_swap_count(tmp_path):
+def test_general_stage_data_definition_questions():
+    """recipes/mrc_cropped_data.py --definitions: a defining sentence "X，…，是Y的Z" comes back as the question
+    "Y的Z是…？" answered by X, in its passage and as its sentence, and with another definition sentence as an
+    unanswerable copy; one passage shared by several questions is used once."""
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "recipes"))
+    import mrc_cropped_data as cd
+    from bertfam.data.mrc import MRCAnswer, MRCExample
+
+    def ex(qid, ctx, ans):
+        return MRCExample(qid, "q", ctx, answers=[MRCAnswer(ans, ctx.index(ans))])
+
+    bj = "北京，简称“京”，是中华人民共和国的首都。北京地处华北平原北部。"
+    exs = [ex("a", bj, "华北平原"), ex("a2", bj, "北部"),  # the same passage twice: its question made once
+           ex("b", "巴黎是法兰西共和国的首都。巴黎位于塞纳河畔。", "塞纳河"),
+           ex("c", "长江全长约6300公里。", "6300公里")]  # no defining sentence
+    out = cd.definitions(exs, 2, random.Random(0), 300)
+    first = [x for x in out if x.qid.endswith("#0")]
+    assert len(out) == 2 * len(first) and len({x.qid for x in out}) == len(out)
+    pos = [x for x in first if not x.is_impossible]
+    assert {(x.question, x.answers[0].text) for x in pos} == {("中华人民共和国的首都是哪里？", "北京"),
+                                                              ("法兰西共和国的首都是哪里？", "巴黎")}
+    assert {x.context for x in pos} >= {bj, "巴黎是法兰西共和国的首都。巴黎位于塞纳河畔。"}  # in the passage
+    # the sentence copy: the defining sentence, or it and the next one (here the whole passage)
+    assert {x.context for x in pos if x.question.startswith("中华")} <= {bj, "北京，简称“京”，是中华人民共和国的首都。"}
+    assert all(x.context[a.start:a.end] == a.text for x in out for a in x.answers)
+    negs = [x for x in first if x.is_impossible]
+    assert len(negs) == 2 and all(not x.answers for x in negs)
+    assert {x.question for x in negs} == {x.question for x in pos}  # each question with the OTHER sentence
+    assert all(("北京" in x.context) != x.question.startswith("中华") for x in negs)
+    assert cd.definitions(exs, 0, random.Random(0), 300) == []
+
+
+@pytest.mark.parametrize("flag", ["--swap", "--definitions"])
+def test_general_stage_data_rejects_a_negative_count(tmp_path, flag):
     import subprocess
     import sys
 
     r = subprocess.run([sys.executable, os.path.join(ROOT, "recipes", "mrc_cropped_data.py"), "--out",
-                        str(tmp_path / "d"), "--swap", "-1"], capture_output=True, text=True)
-    assert r.returncode == 2 and "--swap: -1 is negative" in r.stderr and "Traceback" not in r.stderr
+                        str(tmp_path / "d"), flag, "-1"], capture_output=True, text=True)
+    assert r.returncode == 2 and f"{flag}: -1 is negative" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "d").exists()

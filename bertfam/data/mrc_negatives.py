@@ -161,3 +161,46 @@ def answer_sentence_example(ex: MRCExample, rng=None, p_next: float = 0.0) -> Op
         return None
     answers = [MRCAnswer(a.text, a.start - start) for a in ex.answers if a.start >= start and a.end <= end]
     return dataclasses.replace(ex, qid=f"{ex.qid}:sent", context=ex.context[start:end], answers=answers)
+
+
+# A defining sentence, as encyclopaedia and search snippets open: "ENTITY（aside），简称…，是PREDICATE，…". The
+# entity opens its sentence; asides in brackets and 简称/又称-type clauses may stand between it and 是.
+_DEFINITION = re.compile(
+    r"(?:^|(?<=[。！？\n]))(?P<e>[^，。；！？、：:（()）《》“”\"'\s是的]{2,12})"
+    r"(?:[（(][^）)]{0,60}[）)])?"
+    r"(?:，(?:简称|又称|别称|旧称|古称|原名|全称|俗称|又名|英文名|英语)[^，。；是]{1,30})*"
+    r"，?是(?P<p>[^，。；！？]{4,24}?)(?=[，。；])")
+# openers that are no entity (adverbs, time words, pronouns), as in "另外，…是…"
+_NOT_ENTITY = _BAD_STEM_START + ("首先", "今天", "目前", "现在", "其实", "总之", "通常", "据说", "您好", "这个", "那个",
+                                 "他们", "我们", "你们", "它们", "牠", "此", "该")
+# ... and entities that hold a verb or a clause, not a name ("西里伯斯鹿豚起初被认为", "通过白荡闸与长江连通")
+_CLAUSE_CHARS = re.compile(r"[被在与能把将归|｜/]|认为|通过|主要|真名|本身|也就")
+_PLACE = ("首都", "省会", "城市", "国家", "地区", "城", "县", "市", "省", "州", "岛", "群岛", "山", "山峰", "河", "河流",
+          "湖", "街道", "道路", "车站", "站", "机场", "港", "港口", "地名", "村", "镇", "区", "乡")
+_PERSON = ("人", "家", "者", "员", "手", "师", "帝", "王", "长", "官", "执行官", "主席", "子", "女", "妻", "夫", "母",
+           "父", "作者", "人物", "演员", "歌手", "导演", "将领", "皇帝", "总统", "首相", "院士", "教授")
+
+
+def definition_question_examples(ex: MRCExample, max_per_passage: int = 2) -> list[MRCExample]:
+    """Answerable examples made from the defining sentences of `ex`'s passage ("北京，简称“京”，是中华人民共和国
+    的首都，…"): the question asks for the predicate ("中华人民共和国的首都是哪里？") and the answer is the entity
+    that opens the sentence. Only predicates holding 的 or 之一 (a relation that names its subject: "瑞士中部的
+    一座山峰"), not "是干燥的"-type adjectives. The wh-word follows the predicate's head noun: 哪里 (place), 谁
+    (person), else 什么. Why: real passages open with the answer ("北京是…") far more often than the
+    CMRC2018 / DuReader-robust questions ask about it, and a reader that never sees it doubts such answers.
+    At most `max_per_passage` per passage (the first ones); [] for none."""
+    out = []
+    for m in _DEFINITION.finditer(ex.context):
+        ent, pred = m.group("e"), m.group("p").strip()
+        if (ent.startswith(_NOT_ENTITY) or ent.endswith(_BAD_STEM_END + ("曾", "并不", "仍", "亦"))
+                or not ("的" in pred or pred.endswith("之一")) or pred.endswith("的")
+                or pred.startswith(("一", "由", "在", "指", "以", "从", "对", "为", "被", "把", "通过"))
+                or _CLAUSE_CHARS.search(ent) or ent in pred):
+            continue
+        head = pred[:-2] if pred.endswith("之一") else pred
+        wh = "哪里" if head.endswith(_PLACE) else "谁" if head.endswith(_PERSON) else "什么"
+        out.append(dataclasses.replace(ex, qid=f"{ex.qid}:def{len(out)}", question=f"{pred}是{wh}？",
+                                       answers=[MRCAnswer(ent, m.start("e"))], is_impossible=False))
+        if len(out) >= max_per_passage:
+            break
+    return out
