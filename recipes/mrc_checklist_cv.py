@@ -39,7 +39,7 @@ import torch  # noqa: E402
 
 from bertfam.data.mrc import read_mrc  # noqa: E402
 from bertfam.data.mrc_negatives import (answer_sentence_example, copula_swapped_example,  # noqa: E402
-                                        similar_passage_negatives)
+                                        definition_question_examples, similar_passage_negatives)
 from bertfam.tasks.mrc import (MRCPredictor, RawScores, decode, load_span_model, save_thresholds,  # noqa: E402
                                train_mrc)
 from bertfam.tasks.mrc.crossval import (FitExtra, assign_folds, bootstrap_interval, breakdown, fold_sizes,  # noqa: E402
@@ -68,21 +68,28 @@ def extra_examples(spec: str, seed: int, flag: str = "--extra") -> list:
     NAME-swap (e.g. cmrc-swap:200): up to N other questions whose answer ends a clause "X是ANSWER", the passage
     rewritten as the one sentence "ANSWER是X。" (`copula_swapped_example`), negatives drawn from those.
     NAME-swap2: the same questions twice, as that sentence and rewritten in place inside their passage (the
-    answer opening its clause within a longer text), negatives drawn from both."""
+    answer opening its clause within a longer text), negatives drawn from both.
+    NAME-def: up to N questions made from the defining sentences of the set's passages ("X，简称…，是Y的Z" ->
+    "Y的Z是什么？" answered by X, `definition_question_examples`; one per passage) in their whole passage,
+    negatives drawn from those passages, never one that states the question's predicate (it would answer)."""
     rng = random.Random(seed)
     out = []
     used: set = set()  # a question is in one extra set only
     for part in filter(None, spec.split(",")):
         name, _, n = part.partition(":")
         base, _, kind = name.partition("-")
-        if base not in EXTRA or kind not in ("", "sent", "swap", "swap2"):
-            print(f"{flag}: {name!r} not in {', '.join(EXTRA)} (or NAME-sent, NAME-swap, NAME-swap2)", file=sys.stderr)
+        if base not in EXTRA or kind not in ("", "sent", "swap", "swap2", "def"):
+            print(f"{flag}: {name!r} not in {', '.join(EXTRA)} (or NAME-sent, NAME-swap, NAME-swap2, NAME-def)",
+                  file=sys.stderr)
             raise SystemExit(2)
         exs, rep = read_mrc(EXTRA[base][0], source=EXTRA[base][1])
         print(rep.summary(), file=sys.stderr)
         free = [e for e in exs if not e.is_impossible and (base, e.qid) not in used]
         if kind in ("swap", "swap2"):
             free = [e for e in free if copula_swapped_example(e) is not None]
+        elif kind == "def":
+            seen: set = set()
+            free = [e for e in free if not (e.context in seen or seen.add(e.context)) and definition_question_examples(e)]
         pos = rng.sample(free, min(int(n or 400), len(free)))
         used.update((base, e.qid) for e in pos)
         if kind == "sent":
@@ -92,8 +99,13 @@ def extra_examples(spec: str, seed: int, flag: str = "--extra") -> list:
             pos = [copula_swapped_example(e) for e in pos]
         elif kind == "swap2":
             pos = [copula_swapped_example(e, in_context=c) for e in pos for c in (False, True)]
+        elif kind == "def":
+            pos = [definition_question_examples(e, max_per_passage=1)[0] for e in pos]
         print(f"--extra {name}: {len(pos)} answerable + their negatives", file=sys.stderr)
-        out += pos + similar_passage_negatives(pos, seed=seed)
+        negs = similar_passage_negatives(pos, seed=seed)
+        if kind == "def":  # "唇形科中的一个属是什么？" is answered by any passage that says "…是唇形科中的一个属"
+            negs = [x for x in negs if x.question.rsplit("是", 1)[0] not in x.context]
+        out += pos + negs
     return out
 
 

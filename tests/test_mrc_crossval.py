@@ -389,3 +389,44 @@ def test_the_verifier_cross_validation_recipe_feeds_the_reader_recipe(tmp_path):
     folds = json.load(open(cv / "folds.json"))
     held = [i for i, f in enumerate(folds.values()) if f == 0]
     assert [r["relevance"] for r in raws["none/8"]] == [oof[i] for i in held]
+
+
+def test_the_recipes_extra_sets_swap_and_definition_questions(tmp_path, monkeypatch, capsys):
+    """recipes/mrc_checklist_cv.py --extra NAME-swap / NAME-def on a small made-up set: a swap rewrites
+    "X是ANSWER" as "ANSWER是X。"; a definition question asks for "X，…，是Y的Z"'s predicate in the whole passage,
+    answered by X, and no negative of it states that predicate (it would answer); a question is in one
+    extra set only; an unknown kind is one line, exit 2."""
+    import os
+    import sys
+
+    from bertfam.data.mrc import write_squad
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes"))
+    import mrc_checklist_cv as cv
+
+    def ex(qid, q, ctx, ans):
+        return MRCExample(qid, q, ctx, answers=[MRCAnswer(ans, ctx.index(ans))])
+
+    exs = [ex("a", "中国的首都是哪里", "中国位于亚洲东部，中国的首都是北京。", "北京"),
+           ex("b", "巴黎在哪", "巴黎是法兰西共和国的首都，位于塞纳河畔。", "塞纳河畔"),
+           ex("c", "柏林在哪", "柏林是德意志联邦共和国的首都，位于施普雷河畔。", "施普雷河畔"),
+           ex("d", "鼠尾草属有多大", "鼠尾草属是唇形科中的一个属，约有900种。", "900种"),
+           ex("e", "紫珠属有什么", "紫珠属是唇形科中的一个属，其中的植物主要是灌木。", "灌木")]
+    path = tmp_path / "set.json"
+    write_squad(exs, str(path))
+    monkeypatch.setitem(cv.EXTRA, "toy", (str(path), "toy"))
+    out = cv.extra_examples("toy-swap:5,toy-def:5", seed=0)
+    swaps = [x for x in out if x.qid.endswith(":swap")]
+    assert [(x.context, x.answers[0].text) for x in swaps] == [("北京是中国的首都。", "北京")]
+    defs = [x for x in out if ":def" in x.qid and not x.is_impossible]
+    assert {(x.question, x.answers[0].text) for x in defs} == {
+        ("法兰西共和国的首都是哪里？", "巴黎"), ("德意志联邦共和国的首都是哪里？", "柏林"),
+        ("唇形科中的一个属是什么？", "鼠尾草属"), ("唇形科中的一个属是什么？", "紫珠属")}
+    assert all(x.context == next(e.context for e in exs if e.context.startswith(x.answers[0].text)) for x in defs)
+    negs = [x for x in out if ":def" in x.qid and x.is_impossible]
+    assert negs and all(x.question.rsplit("是", 1)[0] not in x.context for x in negs)
+    # the two 唇形科 passages say the same predicate: neither is a negative of the other's question
+    assert not any(x.question.startswith("唇形科") for x in negs)
+    with pytest.raises(SystemExit) as e:
+        cv.extra_examples("toy-defs:5", seed=0)
+    assert e.value.code == 2 and "'toy-defs' not in" in capsys.readouterr().err
