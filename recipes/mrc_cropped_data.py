@@ -22,6 +22,7 @@ from typing import Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bertfam.data.chinese_script import simplified_examples  # noqa: E402
 from bertfam.data.dureader2 import read_dureader2  # noqa: E402
 from bertfam.data.mrc_negatives import (answer_sentence_example, copula_swapped_example,  # noqa: E402
                                         definition_question_examples, sentences, similar_passage_negatives)
@@ -33,7 +34,7 @@ SOURCES = {"cmrc2018": ["cmrc2018/cmrc2018_train.json"],
 # --add: whole sets, all their questions in train (no dev part), each after the sources above so that a run
 # without --add draws the same random numbers as before
 ADDED = {"cmrc-trial": "cmrc2018/cmrc2018_trial.json",  # CMRC2018's trial set (simplified Chinese)
-         "drcd": "drcd/DRCD_dev.json",  # DRCD dev (traditional Chinese, Wikipedia)
+         "drcd": "drcd/DRCD_dev.json",  # DRCD dev (Taiwan Wikipedia): converted to simplified characters (OpenCC)
          "dureader2": None}  # DuReader 2.0 search demo: answer paragraphs + same-search unanswerable ones
 DR2 = os.path.join(D, "..", "corpus", "zh", "dureader2_search_demo")
 
@@ -164,6 +165,10 @@ def added_set(name: str, n: int, rng: random.Random, neg_fraction: float, width:
         e, rep = read_mrc(os.path.join(D, ADDED[name]), source=name)
         print(rep.summary(), file=sys.stderr)
         exs = [x for x in e if not x.is_impossible]
+        if name == "drcd":  # the reader is judged on simplified text: its traditional characters are other pieces
+            exs, dropped = simplified_examples(exs)
+            print(f"drcd: {len(exs)} questions in simplified characters, {dropped} dropped (an answer that could"
+                  " not be placed in the converted passage)", file=sys.stderr)
         exs = rng.sample(exs, min(n, len(exs))) if n else exs
         out = build(exs, int(len(exs) * neg_fraction / (1 - neg_fraction)), rng, width, short, short_rng)
     print(f"{name}: train {len(out)} questions ({sum(x.is_impossible for x in out)} unanswerable)", file=sys.stderr)
