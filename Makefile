@@ -28,7 +28,7 @@ $(MRC_MODEL)/verifier/built.json: $(STAMP) $(MRC_MODEL)/config.json $(wildcard $
 venv: $(STAMP)
 
 test: $(STAMP) $(VERIFIER)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 demo: $(STAMP) $(VERIFIER)
 	$(VENV)/bin/bertfam demo
