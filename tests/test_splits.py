@@ -237,3 +237,32 @@ def test_general_stage_data_rejects_a_negative_count(tmp_path, flag):
                         str(tmp_path / "d"), flag, "-1"], capture_output=True, text=True)
     assert r.returncode == 2 and f"{flag}: -1 is negative" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "d").exists()
+
+
+def test_general_stage_data_drcd_comes_in_simplified_characters(tmp_path, monkeypatch):
+    """recipes/mrc_cropped_data.py --add drcd: DRCD's traditional passages, questions and answers are
+    converted to simplified (OpenCC), every answer still at its text, and get similar-passage negatives
+    like the other sets. The traditional sentences are written for this test."""
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "recipes"))
+    import mrc_cropped_data as cd
+
+    paras = [("國立臺灣大學創立於一九二八年，當時稱為臺北帝國大學。", "臺灣大學當時叫什麼？", "臺北帝國大學"),
+             ("長江發源於青藏高原，全長約六千三百公里，是中國第一長河。", "長江發源於哪裡？", "青藏高原"),
+             ("熊貓主要棲息在四川的山區，以竹子為主要食物。", "熊貓吃什麼？", "竹子")]
+    data = {"data": [{"title": f"t{i}", "paragraphs": [{"context": c, "qas": [
+        {"id": f"d{i}", "question": q, "answers": [{"text": a, "answer_start": c.index(a)}]}]}]}
+        for i, (c, q, a) in enumerate(paras)]}
+    (tmp_path / "drcd.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    monkeypatch.setattr(cd, "D", str(tmp_path))
+    monkeypatch.setitem(cd.ADDED, "drcd", "drcd.json")
+    out = cd.added_set("drcd", 0, random.Random(0), 0.4, 300, 0.0, random.Random(1))
+    pos = [x for x in out if not x.is_impossible]
+    assert len(pos) == 3 and len(out) == 5  # 0.4 of the set as negatives: 2 more
+    by_q = {x.question: x for x in pos}
+    assert set(by_q) == {"台湾大学当时叫什么？", "长江发源于哪里？", "熊猫吃什么？"}
+    assert by_q["台湾大学当时叫什么？"].answers[0].text == "台北帝国大学"
+    assert all(x.context[a.start:a.end] == a.text for x in out for a in x.answers)
+    left = {ch for x in out for ch in x.context + x.question if ch in "臺灣當長發於貓棲為"}
+    assert not left, (left, out)
