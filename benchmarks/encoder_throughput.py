@@ -121,10 +121,15 @@ def main() -> int:
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--ceiling-scale", type=float, default=1.0,
                     help="rows of the ceiling matmuls x this (the smoke test: 1/16, a rough ceiling in little time)")
-    ap.add_argument("--spin", action="store_true",
-                    help="let idle worker threads busy-wait (OpenMP / onnxruntime defaults); without it every "
-                         "engine runs with OMP_WAIT_POLICY=PASSIVE and no onnxruntime spinning, which keeps "
-                         "a shared machine from collapsing (2 threads that spin on 2 busy cores run ~10x slower)")
+    ap.add_argument("--wait-policy", choices=("auto", "spin", "sleep"), default="auto",
+                    help="what idle worker threads do between parallel regions, for every engine alike. spin: the "
+                         "libraries' defaults (OpenMP and onnxruntime busy-wait a while); sleep: OMP_WAIT_POLICY="
+                         "PASSIVE and no onnxruntime spinning, which keeps a shared machine from collapsing (2 "
+                         "threads that spin on 2 busy cores run ~10x slower), but OpenVINO's own thread pool has no "
+                         "such switch and keeps spinning, so sleep handicaps the torch and onnxruntime engines "
+                         "only; auto (default): spin when the machine is quiet at start (1-minute load average "
+                         f"below {worker.QUIET_LOAD}), else sleep")
+    ap.add_argument("--spin", action="store_true", help="the same as --wait-policy spin")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "docs"), help="benchmarks.md/.png/.json go here")
     ap.add_argument("--workdir", default=None, help="model files (default: a temporary directory)")
     ap.add_argument("--worker", choices=list(jobs.JOBS), help=argparse.SUPPRESS)
@@ -152,14 +157,16 @@ def main() -> int:
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="bertfam-bench-")
     started = time.time()
     load_start = os.getloadavg()
-    print(f"threads {args.threads}, reps {args.reps}, load average at start {load_start[0]:.1f}", flush=True)
+    args.spin, why = worker.wait_policy("spin" if args.spin else args.wait_policy, load_start[0])
+    print(f"threads {args.threads}, reps {args.reps}, load average at start {load_start[0]:.1f}; idle threads "
+          f"{'spin' if args.spin else 'sleep'} ({why})", flush=True)
     ceiling = run_job(args, "ceiling")
     print(f"fp32 matmul ceiling (torch): {ceiling['ceiling']:.1f} GFLOP/s "
           + ", ".join(f"{k} {v:.1f}" for k, v in ceiling["gflops"].items()), flush=True)
     print(f"int8 GEMM ceiling (torch quantized::linear_dynamic): {ceiling['int8_ceiling']:.1f} GOP/s "
           + ", ".join(f"{k} {v:.1f}" for k, v in ceiling["int8_gops"].items()), flush=True)
     results = {"ceiling": ceiling, "models": {}, "args": vars(args),
-               "environment": environment(args.threads, args.spin),
+               "environment": dict(environment(args.threads, args.spin), wait_policy=why),
                "engine_labels": {e: E.LABELS[e] for e in requested}}
     for mname in models:
         prep = run_job(args, "prepare", model=mname)

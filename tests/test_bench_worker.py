@@ -36,5 +36,27 @@ def test_worker_environment_sets_every_thread_knob():
     assert [env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "BENCH_THREADS")] == ["3", "3", "3"]
     assert env["OMP_WAIT_POLICY"] == "PASSIVE" and env["BENCH_SPIN"] == "0"
     spinning = worker.env(2, spin=True)
-    assert "OMP_WAIT_POLICY" not in spinning or spinning["OMP_WAIT_POLICY"] == os.environ.get("OMP_WAIT_POLICY")
+    assert "OMP_WAIT_POLICY" not in spinning  # the libraries' defaults, even under the test suite's PASSIVE
     assert spinning["BENCH_SPIN"] == "1"
+
+
+def test_wait_policy_spins_only_on_a_quiet_machine_unless_told():
+    """auto: the libraries' spinning defaults on a quiet machine (OpenVINO's pool spins whatever we set, so
+    sleeping there would handicap the torch and onnxruntime engines only), sleeping threads on a busy one."""
+    assert worker.wait_policy("auto", 0.1)[0] is True
+    assert worker.wait_policy("auto", worker.QUIET_LOAD)[0] is False
+    assert worker.wait_policy("auto", 1.7) == (False, "auto: busy machine (load average 1.70 >= 0.5)")
+    assert worker.wait_policy("spin", 5.0) == (True, "--wait-policy spin")
+    assert worker.wait_policy("sleep", 0.0) == (False, "--wait-policy sleep")
+
+
+def test_report_calls_a_machine_shared_only_when_others_loaded_it():
+    """The run's own threads count in the load average (spinning ones all the time): 2 threads ending at
+    load 2.0 on a machine quiet at start is a quiet run; a start above 1 or an end above threads + 1 is not."""
+    from bench import report
+
+    la = lambda start, end: {"start": [start, 0, 0], "end": [end, 0, 0]}  # noqa: E731
+    assert not report.shared(la(0.2, 2.0), threads=2)
+    assert not report.shared(la(0.8, 1.3), threads=2)
+    assert report.shared(la(1.6, 1.9), threads=2)
+    assert report.shared(la(0.3, 3.4), threads=2)

@@ -11,6 +11,12 @@ from . import engines as E
 from .cases import CASES, batch_size
 
 
+def shared(load_average: dict, threads: int) -> bool:
+    """Whether other jobs ran beside the benchmark: load at start above 1, or at end more than the run's own
+    `threads` (busy or spinning, they count in the load average) plus 1."""
+    return load_average["start"][0] > 1.0 or load_average["end"][0] - threads > 1.0
+
+
 def summarize(times: list[float], work: float) -> dict:
     rates = sorted(work / t for t in times)
     return {"median": statistics.median(rates), "min": rates[0], "max": rates[-1]}
@@ -54,13 +60,15 @@ def markdown(results: dict) -> str:
         "Produced by `benchmarks/encoder_throughput.py` (`make bench`) in one run "
         f"({results['minutes']:.0f} min); {env['cpu']}, {env['cores']} cores"
         + (f" ({' '.join(env['simd'])})" if env.get("simd") else "")
-        + f", {env['threads']} threads for every engine, idle threads {env['idle_threads']}; torch {env['torch']}, "
+        + f", {env['threads']} threads for every engine, idle threads {env['idle_threads']}"
+        + (f" ({env['wait_policy']})" if env.get("wait_policy") else "") + f"; torch {env['torch']}, "
         f"transformers {env['transformers']}, onnxruntime {env['onnxruntime']}"
         + (f", OpenVINO {env['openvino']}, nncf {env['nncf']}" if "openvino" in env else "") + ". "
-        f"Load average {la['start'][0]:.1f} at start, {la['end'][0]:.1f} at end: "
+        f"Load average {la['start'][0]:.1f} at start, {la['end'][0]:.1f} at end (this run's own "
+        f"{env['threads']} threads count up to {env['threads']} of it): "
         + ("**the machine was shared with other jobs, so absolute numbers are low and noisy; the ratios "
            "(engines interleaved within each case) are what this run shows.**"
-           if max(la["start"][0], la["end"][0]) > 1.5 else "the machine was quiet."), "",
+           if shared(la, env["threads"]) else "the machine was quiet."), "",
         *(["**Partial results: the run was still going or was interrupted.**", ""] if not results.get("complete")
           else []),
         f"fp32 matmul ceiling measured in this run (torch): **{c['ceiling']:.1f} GFLOP/s** ("

@@ -32,9 +32,23 @@ def env(threads: int, spin: bool = False) -> dict:
     """This process's environment with the benchmark's thread settings for a worker."""
     out = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), BENCH_THREADS=str(threads),
                TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore", BENCH_SPIN=str(int(spin)))
-    if not spin:  # idle OpenMP threads sleep instead of spinning (both torch engines alike)
+    if spin:  # the libraries' own defaults, whatever the calling shell set
+        out.pop("OMP_WAIT_POLICY", None)
+    else:  # idle OpenMP threads sleep instead of spinning (both torch engines alike)
         out["OMP_WAIT_POLICY"] = "PASSIVE"
     return out
+
+
+QUIET_LOAD = 0.5  # 1-minute load average under which --wait-policy auto lets idle threads spin
+
+
+def wait_policy(requested: str, load: float) -> tuple[bool, str]:
+    """(spin, why) for --wait-policy `requested` on a machine whose 1-minute load average is `load`."""
+    if requested != "auto":
+        return requested == "spin", f"--wait-policy {requested}"
+    if load < QUIET_LOAD:
+        return True, f"auto: quiet machine (load average {load:.2f} < {QUIET_LOAD})"
+    return False, f"auto: busy machine (load average {load:.2f} >= {QUIET_LOAD})"
 
 
 def threads() -> int:
