@@ -99,6 +99,13 @@ def test_mrc_tab_shows_no_answer_and_errors(page, live):
                   " {answer: null, start: null, end: null, score: 0.93, answerable: false})")
     assert page.text_content("#no-answer") == "无答案"
     assert "0.930" in page.text_content("#mrc-result")
+    assert page.locator("#closest").count() == 0  # no candidates asked: nothing marked
+    # with candidates (the page asks for top_k), the declined result shows and marks the best span apart
+    page.evaluate("renderMRC(document.getElementById('mrc-result'), '北京是首都。',"
+                  " {answer: null, start: null, end: null, score: 0.6, answerable: false,"
+                  "  candidates: [{text: '北京', start: 0, end: 2, score: 0.3}]})")
+    assert page.text_content("#closest-text") == page.text_content("#closest") == "北京"
+    assert page.text_content("#passage-view") == "北京是首都。"
     # a bad request shows the API's one-line error, naming the field
     page.fill("#question", "   ")
     page.click("#ask")

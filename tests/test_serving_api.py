@@ -154,6 +154,30 @@ def test_mrc_single_batch_and_long_passage_match_the_mrc_predictor(client, servi
         _assert_span_in(item["passage"], got)
 
 
+def test_mrc_top_k_gives_candidates_only_to_the_items_that_ask(client, service):
+    """top_k: the k best spans (offsets into the passage, best first), also for a declined question; an item
+    without top_k gets no candidates even in the same batch; 0, a non-integer or more than n_best is a 422."""
+    items = [{"question": "中国的首都是哪里？", "passage": PASSAGE, "top_k": 3},
+             {"question": "首都？", "passage": PASSAGE}]
+    got = client.post("/v1/mrc", json=items).json()
+    assert "candidates" not in got[1] and set(got[1]) == {"answer", "start", "end", "score", "answerable"}
+    cands = got[0]["candidates"]
+    assert 1 <= len(cands) <= 3
+    assert [c["score"] for c in cands] == sorted((c["score"] for c in cands), reverse=True)
+    for c in cands:
+        assert PASSAGE[c["start"]:c["end"]] == c["text"]
+    if got[0]["answerable"]:  # the answer is the best candidate
+        assert (cands[0]["text"], cands[0]["start"]) == (got[0]["answer"], got[0]["start"])
+    alone = client.post("/v1/mrc", json=items[0]).json()  # batching changes nothing
+    assert [c["text"] for c in alone["candidates"]] == [c["text"] for c in cands]
+    whole = client.post("/v1/mrc", json={**items[0], "top_k": 2.0}).json()  # JSON's integer 2.0 is 2
+    assert len(whole["candidates"]) <= 2
+    n_best = model_of(service, "mrc").config.head.mrc_settings.n_best
+    for bad in (0, "3", 2.5, True, n_best + 1):
+        r = client.post("/v1/mrc", json={**items[0], "top_k": bad})
+        assert r.status_code == 422 and r.json()["field"] == "top_k", (bad, r.json())
+
+
 def test_classify_probabilities_pairs_order_and_truncation(client, service):
     texts = [{"text": "很好吃"}, {"text": "不好吃", "text_pair": "难吃"}, {"text": "一般" * 400}]
     batch = client.post("/v1/classify", json=texts).json()

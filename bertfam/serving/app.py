@@ -22,9 +22,10 @@ from typing import Annotated, Any, Literal, Optional, Union
 from fastapi import Body, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..config import MRCSettings
 from ..errors import BertfamError
 from ..tasks.blank import BLANK_MESSAGE, NOT_BLANK
 from ..tasks.kinds import endpoint_kind, heads_of
@@ -47,12 +48,36 @@ class _Strict(BaseModel):
 _FILLED = dict(pattern=NOT_BLANK)
 
 
+def _whole_number(v: Any) -> Any:
+    """JSON's integers: 3 and 3.0 (JSON Schema's `integer` holds both), never "3", true or 3.5."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError("must be an integer")
+    return v
+
+
+def _top_k(n_best: int) -> Any:
+    """MRC's top_k: a whole number in 1..n_best, or none (the bounds inside, so that the schema states them)."""
+    return Optional[Annotated[int, Field(ge=1, le=n_best), BeforeValidator(_whole_number)]]
+
+
 class MRCItem(_Strict):
     question: str = Field(description="the question; not blank", examples=["中国的首都是哪里？"], **_FILLED)
     passage: str = Field(description="the passage to read, not blank; longer than the model window is fine "
                                      "(windows)", examples=["北京是中华人民共和国的首都，也是全国的政治、文化中心。"],
                          **_FILLED)
     title: Optional[str] = Field(None, description="optional title of the passage")
+    top_k: _top_k(MRCSettings.n_best) = Field(None, description="also return the k best spans (`candidates`), whether "
+                                                          "or not the system answers; at most the model's n_best "
+                                                          "(the schema's maximum)")
+
+
+class MRCSpan(BaseModel):
+    text: str
+    start: int = Field(description="character offset in the passage")
+    end: int = Field(description="character offset just past the span (exclusive)")
+    score: float = Field(description="the span's probability among the n-best x P(answerable)")
 
 
 class MRCResult(BaseModel):
@@ -61,6 +86,8 @@ class MRCResult(BaseModel):
     end: Optional[int] = Field(description="character offset just past the answer (exclusive)")
     score: float = Field(description="confidence in the answer, or in 'no answer' when answerable is false")
     answerable: bool
+    candidates: Optional[list[MRCSpan]] = Field(None, description="only with top_k: the k best spans, best "
+                                                                   "first, also when the system declines")
 
 
 class ClassifyItem(_Strict):
@@ -162,13 +189,17 @@ class RequestTypes:
     embed: type  # EmbedBody with 1..max_texts texts
 
 
-def request_types(lim: Limits) -> RequestTypes:
+def request_types(lim: Limits, mrc_n_best: int = MRCSettings.n_best) -> RequestTypes:
     """The request limits as types: a list body holds 1..max_texts items, an embed body 1..max_texts texts,
     and every text field (question, passage, title, text, text_pair, texts[i]) at most max_passage_chars
     characters. A JSON array is validated as the list, anything else as the one object, so an error names
     only the fields of what was sent."""
+    # the MRC model's n_best bounds top_k in the schema itself, so that what the schema allows is answered
+    top_k = MRCItem.model_fields["top_k"]
+    bounded = {MRCItem: {"top_k": (_top_k(mrc_n_best), Field(None, description=top_k.description))}}
+
     def one_or_many(item):
-        item = _limited(item, lim.max_passage_chars)
+        item = _limited(item, lim.max_passage_chars, **bounded.get(item, {}))
         return Annotated[Union[Annotated[item, Tag(ONE)],
                                Annotated[list[item], Field(min_length=1, max_length=lim.max_texts), Tag(MANY)]],
                          Discriminator(_one_or_many_tag)]
@@ -460,7 +491,8 @@ def create_app(service: Service, access: Optional[Access] = None) -> FastAPI:
     app.state.service = service
     app.state.started = time.time()
     lim = service.limits
-    types = request_types(lim)
+    mrc = service.routes.get("mrc")
+    types = request_types(lim, mrc.predictor.inner.settings.n_best if mrc is not None else MRCSettings.n_best)
     app.add_middleware(BodyLimit, limit=lim.max_body_bytes, timeout_s=lim.body_timeout_s)
     app.add_middleware(ConcurrencyLimit, limit=lim.max_concurrent_requests)
     app.add_middleware(Guard, access=access)  # added last: runs first

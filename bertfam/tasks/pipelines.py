@@ -472,17 +472,18 @@ class MRCPipeline(Pipeline):
             raise InputError("top_k", f"at most {self.inner.settings.n_best} (the model's n_best), got {k}")
 
     def predict_batch(self, items: list[dict]) -> list[dict]:
-        """The HTTP API's shape; with top_k asked, each result also carries its n-best spans (`candidates`)."""
+        """The HTTP API's shape; an item that asks for top_k also gets its k best spans (`candidates`). Only
+        those items: the server batches requests of several clients together."""
         details = any(it.get("top_k") is not None for it in items)
         res = self.inner.predict_batch([{"question": it["question"], "passage": it["passage"],
                                          "title": it.get("title")} for it in items], details=details)
         out = []
-        for r in res:
+        for it, r in zip(items, res):
             o = {"answer": r.answer, "start": r.start, "end": r.end, "score": float(r.score),
                  "answerable": bool(r.answerable)}
-            if details:  # span score as the answered result's: span probability x P(answerable)
+            if it.get("top_k") is not None:  # span score as the answered result's: span probability x P(answerable)
                 p = r.p_answerable if r.p_answerable is not None else 1.0
                 o["candidates"] = [{"text": s.text, "start": s.start, "end": s.end, "score": float(s.prob * p)}
-                                   for s in r.nbest]
+                                   for s in r.nbest[:it["top_k"]]]
             out.append(o)
         return out
