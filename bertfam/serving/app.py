@@ -68,9 +68,9 @@ class MRCItem(_Strict):
                                      "(windows)", examples=["北京是中华人民共和国的首都，也是全国的政治、文化中心。"],
                          **_FILLED)
     title: Optional[str] = Field(None, description="optional title of the passage")
-    top_k: _top_k(MRCSettings.n_best) = Field(None, description="also return the k best spans (`candidates`), whether "
-                                                          "or not the system answers; at most the model's n_best "
-                                                          "(the schema's maximum)")
+    top_k: _top_k(MRCSettings.n_best) = Field(
+        None, description="also return the k best spans (`candidates`), whether or not the system answers; at most "
+                          "the model's n_best (the schema's maximum)")
 
 
 class MRCSpan(BaseModel):
@@ -86,8 +86,8 @@ class MRCResult(BaseModel):
     end: Optional[int] = Field(description="character offset just past the answer (exclusive)")
     score: float = Field(description="confidence in the answer, or in 'no answer' when answerable is false")
     answerable: bool
-    candidates: Optional[list[MRCSpan]] = Field(None, description="only with top_k: the k best spans, best "
-                                                                   "first, also when the system declines")
+    candidates: Optional[list[MRCSpan]] = Field(
+        None, description="only with top_k: the k best spans, best first, also when the system declines")
 
 
 class ClassifyItem(_Strict):
