@@ -127,8 +127,9 @@ def main() -> int:
                          "PASSIVE and no onnxruntime spinning, which keeps a shared machine from collapsing (2 "
                          "threads that spin on 2 busy cores run ~10x slower), but OpenVINO's own thread pool has no "
                          "such switch and keeps spinning, so sleep handicaps the torch and onnxruntime engines "
-                         "only; auto (default): spin when the machine is quiet at start (1-minute load average "
-                         f"below {worker.QUIET_LOAD}), else sleep")
+                         "only; auto (default): spin when the machine is quiet at start (under "
+                         f"{worker.QUIET_LOAD} cores busy over a {worker.SAMPLE_S:g} s sample of /proc/stat; the "
+                         "1-minute load average where there is none), else sleep")
     ap.add_argument("--spin", action="store_true", help="the same as --wait-policy spin")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "docs"), help="benchmarks.md/.png/.json go here")
     ap.add_argument("--workdir", default=None, help="model files (default: a temporary directory)")
@@ -157,7 +158,9 @@ def main() -> int:
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="bertfam-bench-")
     started = time.time()
     load_start = os.getloadavg()
-    args.spin, why = worker.wait_policy("spin" if args.spin else args.wait_policy, load_start[0])
+    policy = "spin" if args.spin else args.wait_policy
+    args.spin, why = worker.wait_policy(policy, *worker.machine_busy()) if policy == "auto" \
+        else worker.wait_policy(policy, 0.0)
     print(f"threads {args.threads}, reps {args.reps}, load average at start {load_start[0]:.1f}; idle threads "
           f"{'spin' if args.spin else 'sleep'} ({why})", flush=True)
     ceiling = run_job(args, "ceiling")

@@ -50,6 +50,44 @@ def test_wait_policy_spins_only_on_a_quiet_machine_unless_told():
     assert worker.wait_policy("sleep", 0.0) == (False, "--wait-policy sleep")
 
 
+def test_wait_policy_names_what_measured_the_machine():
+    assert worker.wait_policy("auto", 0.04, "cores busy over 2 s") == \
+        (True, "auto: quiet machine (cores busy over 2 s 0.04 < 0.5)")
+
+
+def test_proc_stat_reading_counts_busy_ticks_and_cpus(tmp_path):
+    """The "cpu" line's user+nice+system+irq+softirq+steal are busy, idle+iowait are not; guest columns
+    (already inside user) are not counted twice; the CPU count is the number of "cpuN" lines."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 5 20 800 30 1 2 7 50 0\ncpu0 50 2 10 400 15 0 1 3 25 0\n"
+                    "cpu1 50 3 10 400 15 1 1 4 25 0\nintr 123\nctxt 456\n")
+    assert worker.read_proc_stat(str(stat)) == (135, 965, 2)
+    assert worker.read_proc_stat(str(tmp_path / "missing")) is None
+    stat.write_text("intr 123\n")
+    assert worker.read_proc_stat(str(stat)) is None
+
+
+def test_busy_cores_is_the_other_processes_share_over_the_sample():
+    """Two samples: 150 of 200 ticks busy on 2 CPUs = 1.5 cores; the sampler sleeps meanwhile (its own
+    share is nothing), and an unreadable or unchanged /proc/stat gives None (the caller falls back)."""
+    samples = iter([(1000, 5000, 2), (1150, 5200, 2)])
+    slept = []
+    assert worker.busy_cores(2.0, read=lambda: next(samples), sleep=slept.append) == 1.5
+    assert slept == [2.0]
+    assert worker.busy_cores(1.0, read=lambda: None, sleep=lambda s: None) is None
+    same = iter([(10, 50, 2), (10, 50, 2)])
+    assert worker.busy_cores(1.0, read=lambda: next(same), sleep=lambda s: None) is None
+
+
+def test_machine_busy_samples_this_machine_or_falls_back_to_the_load_average(monkeypatch):
+    monkeypatch.setattr(worker, "SAMPLE_S", 0.05)
+    busy, measure = worker.machine_busy()
+    assert 0.0 <= busy <= (os.cpu_count() or 1) + 0.5 and measure == "cores busy over 0.05 s"
+    monkeypatch.setattr(worker, "busy_cores", lambda: None)
+    monkeypatch.setattr(worker.os, "getloadavg", lambda: (0.7, 0.5, 0.4))
+    assert worker.machine_busy() == (0.7, "load average")
+
+
 def test_report_calls_a_machine_shared_only_when_others_loaded_it():
     """The run's own threads count in the load average (spinning ones all the time): 2 threads ending at
     load 2.0 on a machine quiet at start is a quiet run; a start above 1 or an end above threads + 1 is not."""

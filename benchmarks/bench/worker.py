@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 
 PREFIX = "RESULT "
 
@@ -39,16 +40,55 @@ def env(threads: int, spin: bool = False) -> dict:
     return out
 
 
-QUIET_LOAD = 0.5  # 1-minute load average under which --wait-policy auto lets idle threads spin
+QUIET_LOAD = 0.5  # cores' worth of other work under which --wait-policy auto lets idle threads spin
+SAMPLE_S = 2.0  # how long auto watches the machine before choosing
 
 
-def wait_policy(requested: str, load: float) -> tuple[bool, str]:
-    """(spin, why) for --wait-policy `requested` on a machine whose 1-minute load average is `load`."""
+def read_proc_stat(path: str = "/proc/stat") -> tuple[int, int, int] | None:
+    """(busy, total) clock ticks of all CPUs together since boot and the CPU count, from /proc/stat's "cpu"
+    lines; None where there is no such file (not Linux). busy counts user, nice, system, irq, softirq and
+    steal (time a hypervisor gave to others is time these threads would not get either)."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    ncpu = sum(1 for ln in lines if ln.startswith("cpu") and ln[3:4].isdigit())
+    head = next((ln.split() for ln in lines if ln.startswith("cpu ")), None)
+    if head is None or ncpu == 0 or len(head) < 9:
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in head[1:9])
+    busy = user + nice + system + irq + softirq + steal
+    return busy, busy + idle + iowait, ncpu
+
+
+def busy_cores(seconds: float = SAMPLE_S, read=read_proc_stat, sleep=time.sleep) -> float | None:
+    """How many cores' worth of work the machine did over the next `seconds` (this process sleeps meanwhile,
+    so it is other processes' work): what the machine is doing now, where the 1-minute load average still
+    remembers a job that ended a minute ago. None where /proc/stat cannot be read."""
+    first = read()
+    sleep(seconds)
+    second = read()
+    if first is None or second is None or second[1] <= first[1]:
+        return None
+    return (second[0] - first[0]) / (second[1] - first[1]) * second[2]
+
+
+def wait_policy(requested: str, busy: float, measure: str = "load average") -> tuple[bool, str]:
+    """(spin, why) for --wait-policy `requested` on a machine that `measure` says is `busy` cores busy."""
     if requested != "auto":
         return requested == "spin", f"--wait-policy {requested}"
-    if load < QUIET_LOAD:
-        return True, f"auto: quiet machine (load average {load:.2f} < {QUIET_LOAD})"
-    return False, f"auto: busy machine (load average {load:.2f} >= {QUIET_LOAD})"
+    if busy < QUIET_LOAD:
+        return True, f"auto: quiet machine ({measure} {busy:.2f} < {QUIET_LOAD})"
+    return False, f"auto: busy machine ({measure} {busy:.2f} >= {QUIET_LOAD})"
+
+
+def machine_busy() -> tuple[float, str]:
+    """(busy cores, what measured it): a /proc/stat sample of SAMPLE_S, else the 1-minute load average."""
+    busy = busy_cores()
+    if busy is not None:
+        return busy, f"cores busy over {SAMPLE_S:g} s"
+    return os.getloadavg()[0], "load average"
 
 
 def threads() -> int:
