@@ -29,8 +29,9 @@ Timings: the engines of one case run interleaved in one process (engine order ro
 so load drift hits all alike); each number is the median of --reps repetitions after one warm-up (one
 repetition = passes over the case's batches for at least --min-rep-s seconds, time per pass), with
 the spread (min-max) beside it. Writes the table to stdout and one page per CPU kind: docs/benchmarks.md /
-.png / .json on an AVX2-only CPU, docs/benchmarks-epyc-avx512.* on an AMD EPYC with AVX-512 (bench/probes.py
-page_stem), so a run never overwrites another machine's table. The accuracy cost of the int8 engines: benchmarks/int8_accuracy.py.
+.png / .json on an AVX2-only CPU, docs/benchmarks-epyc-zen4-avx512.* on an AMD EPYC Zen 4 (family 25) with AVX-512,
+-zen5- on a Zen 5, -xeon-avx512-amx on a Xeon with AMX (bench/probes.py page_stem), so a run never overwrites
+another machine's table. The accuracy cost of the int8 engines: benchmarks/int8_accuracy.py.
 
 This script is the run's order of work (main); the parts are in benchmarks/bench/: the batches and FLOP
 model (cases.py), the engines (engines.py), the measurements done in worker processes (jobs.py, over the

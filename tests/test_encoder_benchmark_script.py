@@ -42,8 +42,25 @@ def test_report_pages_are_named_by_cpu_kind():
     from bench.probes import page_stem
 
     assert page_stem("AMD EPYC", ["avx", "avx2"]) == "benchmarks"
-    assert page_stem("AMD EPYC", ["avx2", "avx512f", "avx512_vnni"]) == "benchmarks-epyc-avx512"
-    assert page_stem("Intel(R) Xeon(R)", ["avx512f", "amx_tile"]) == "benchmarks-xeon-avx512-amx"
+    assert page_stem("AMD EPYC", ["avx2", "avx512f", "avx512_vnni"]) == "benchmarks-epyc-avx512"  # family unknown
+    # Zen 4 and Zen 5 are both "AMD EPYC" in a VM's model name with the same flag families: the family tells
+    assert page_stem("AMD EPYC", ["avx512f", "avx512_vnni"], 25) == "benchmarks-epyc-zen4-avx512"
+    assert page_stem("AMD EPYC", ["avx512f", "avx512_vnni"], 26) == "benchmarks-epyc-zen5-avx512"
+    assert page_stem("AMD EPYC", ["avx512f"], 27) == "benchmarks-epyc-family27-avx512"
+    assert page_stem("AMD EPYC", ["avx2"], 25) == "benchmarks"  # AVX2-only Zen 3 keeps the historical page
+    assert page_stem("Intel(R) Xeon(R)", ["avx512f", "amx_tile"], 6) == "benchmarks-xeon-avx512-amx"
+
+
+def test_cpu_family_is_read_from_cpuinfo(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from bench.probes import cpu_family
+
+    f = tmp_path / "cpuinfo"
+    f.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n")
+    assert cpu_family(str(f)) == 25
+    f.write_text("processor\t: 0\nmodel name\t: some ARM\n")
+    assert cpu_family(str(f)) is None
+    assert cpu_family(str(tmp_path / "missing")) is None
 
 
 def test_encoder_benchmark_smoke(bench):

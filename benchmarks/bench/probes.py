@@ -111,13 +111,32 @@ def cpu_simd() -> tuple[str, list[str]]:
     return cpu, [f for f in flags if f.startswith(("avx", "amx")) or "vnni" in f]
 
 
-def page_stem(cpu: str, simd: list) -> str:
+def cpu_family(path: str = "/proc/cpuinfo") -> int | None:
+    """The CPU's family number (/proc/cpuinfo's "cpu family"), None where it has none: a virtual machine's
+    model name can be only "AMD EPYC", and the family is what tells its generation."""
+    try:
+        with open(path) as f:
+            line = next((ln for ln in f if ln.startswith("cpu family")), None)
+        return int(line.split(":", 1)[1]) if line else None
+    except (OSError, ValueError):
+        return None
+
+
+# AMD's families with AVX-512: 25 (0x19) is Zen 3 and Zen 4, and only Zen 4 has AVX-512; 26 (0x1A) is Zen 5,
+# whose AVX-512 runs at full 512-bit width (Zen 4 splits it in two halves): different tables
+AMD_AVX512_GENERATIONS = {25: "zen4", 26: "zen5"}
+
+
+def page_stem(cpu: str, simd: list, family: int | None = None) -> str:
     """The report's file name for this CPU kind: docs keep one table per kind, so a run on one machine never
     overwrites another's. AVX2-only machines keep the historical `benchmarks`; AVX-512 ones get their own
-    page, e.g. `benchmarks-epyc-avx512` (and `-amx` where AMX is present)."""
+    page, e.g. `benchmarks-xeon-avx512-amx`, and an AMD EPYC its generation from the family
+    (`benchmarks-epyc-zen4-avx512`; `benchmarks-epyc-avx512` where the family is unknown)."""
     if "avx512f" not in simd:
         return "benchmarks"
     vendor = "epyc" if "EPYC" in cpu else "xeon" if "Xeon" in cpu else "cpu"
+    if vendor == "epyc" and family is not None:
+        vendor += "-" + AMD_AVX512_GENERATIONS.get(family, f"family{family}")
     return f"benchmarks-{vendor}-avx512" + ("-amx" if any(f.startswith("amx") for f in simd) else "")
 
 
@@ -129,7 +148,8 @@ def environment(threads: int, spin: bool) -> dict:
 
     cpu, simd = cpu_simd()
     v = versions()
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+    return {"cpu": cpu, "cpu_family": cpu_family(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "torch": torch.__version__,
             "transformers": transformers.__version__, "onnxruntime": onnxruntime.__version__,
             "openvino": v["openvino"], "nncf": v["nncf"], "simd": simd,
             "torch_quantized_engine": torch.backends.quantized.engine,

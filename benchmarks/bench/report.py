@@ -58,7 +58,8 @@ def markdown(results: dict) -> str:
     lines = [
         "# Benchmarks: bertfam vs Hugging Face transformers, onnxruntime and OpenVINO, fp32 and int8 (CPU)", "",
         "Produced by `benchmarks/encoder_throughput.py` (`make bench`) in one run "
-        f"({results['minutes']:.0f} min); {env['cpu']}, {env['cores']} cores"
+        f"({results['minutes']:.0f} min); {env['cpu']}"
+        + (f" (family {env['cpu_family']})" if env.get("cpu_family") is not None else "") + f", {env['cores']} cores"
         + (f" ({' '.join(env['simd'])})" if env.get("simd") else "")
         + f", {env['threads']} threads for every engine, idle threads {env['idle_threads']}"
         + (f" ({env['wait_policy']})" if env.get("wait_policy") else "") + f"; torch {env['torch']}, "
@@ -167,7 +168,7 @@ def stem_of(results: dict) -> str:
     from .probes import page_stem
 
     env = results.get("environment", {})
-    return page_stem(env.get("cpu", ""), env.get("simd", []))
+    return page_stem(env.get("cpu", ""), env.get("simd", []), env.get("cpu_family"))
 
 
 def write_outputs(results: dict, args, final: bool = True) -> None:
