@@ -9,6 +9,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from . import varlen
+from .attention_core import attend
 from .varlen import Packed
 
 
@@ -39,6 +40,10 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(H, 3 * H)  # rows: [query; key; value]
         self.out = nn.Linear(H, H)
         self.p_drop = cfg.attention_probs_dropout_prob
+        # sequences up to this many keys compute softmax(q kᵀ) v as two matmuls, longer ones through SDPA
+        # (attention_core): 0 = SDPA always; a static int8 layer's bf16 attention sets what this CPU's probe
+        # found faster (int8_static.set_attention_dtype). Not a weight, not saved.
+        self.matmul_up_to = 0
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor | Packed],
                 need_scores: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -53,7 +58,7 @@ class SelfAttention(nn.Module):
         p_drop = self.p_drop if self.training else 0.0
         if isinstance(mask, Packed):
             qkv = self.qkv(x).view(x.shape[0], 3, self.heads, self.head_dim)  # (N, 3, h, d)
-            return varlen.attention(qkv, mask, p_drop), None  # (N, H)
+            return varlen.attention(qkv, mask, p_drop, matmul_up_to=self.matmul_up_to), None  # (N, H)
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]  # each (B, heads, T, d)
@@ -68,5 +73,5 @@ class SelfAttention(nn.Module):
         else:
             if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
                 mask = mask.to(q.dtype)  # bf16 attention of a static int8 layer: SDPA wants one dtype
-            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
+            ctx = attend(q, k, v, mask, p_drop, self.matmul_up_to)  # (B, h, T, d)
         return ctx.transpose(1, 2).reshape(B, T, H), scores  # (B, T, H)

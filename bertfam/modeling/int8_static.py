@@ -58,6 +58,7 @@ from torch import nn
 from ..config import INT8_MODULES, INT8_PROJECTIONS, QuantizationConfig
 from ..errors import ConfigError
 from .activations import ACT
+from .attention_core import core_of, matmul_up_to
 from .encoder import Encoder, Layer
 from .int8 import Int8Linear, check_inference, quantize_int8, record_quantization
 from .swap import swap_modules
@@ -250,18 +251,29 @@ def native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def set_attention_dtype(model: nn.Module, dtype: Optional[torch.dtype] = None) -> nn.Module:
+def set_attention_dtype(model: nn.Module, dtype: Optional[torch.dtype] = None,
+                        core: Optional[str] = None) -> nn.Module:
     """The dtype static int8 layers compute attention in (QKᵀ, softmax, PV): torch.float32, torch.bfloat16,
     or None = bfloat16 where the CPU has native bf16 (`native_bf16`), else float32. In a static int8 layer
     everything around attention is 8-bit already (its input and output are quantized to uint8), so bf16's
     8-bit mantissa adds little error there (docs/int8_kernels.md measures it); qkv writes q, k, v in that
-    dtype, and out quantizes the context from it. Returns the model; float layers are left alone."""
+    dtype, and out quantizes the context from it. `core` ("sdpa" or "matmul", attention_core) computes it at
+    every length; None = float32 through SDPA, bf16 as `attention_core.matmul_up_to` measured on this CPU
+    (two matmuls up to length 128 on an AMD Zen 4, SDPA's flash kernel everywhere with AMX). Returns the
+    model; float layers are left alone."""
     dtype = dtype or (torch.bfloat16 if native_bf16() else torch.float32)
     if dtype not in (torch.float32, torch.bfloat16):
         raise ConfigError(f"static int8 attention runs in float32 or bfloat16, not {dtype}")
-    for m in model.modules():
-        if isinstance(m, StaticInt8Layer):
-            m.attn.qkv.out_dtype = dtype
+    try:
+        up_to = core_of(core) if core is not None else None
+    except ValueError as e:
+        raise ConfigError(f"static int8: {e}") from None
+    layers = [m for m in model.modules() if isinstance(m, StaticInt8Layer)]
+    if layers and up_to is None:
+        up_to = matmul_up_to(dtype) if dtype == torch.bfloat16 else 0
+    for m in layers:
+        m.attn.qkv.out_dtype = dtype
+        m.attn.matmul_up_to = up_to
     return model
 
 

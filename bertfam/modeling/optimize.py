@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import varlen
+from .attention_core import attend
 from .encoder import Encoder, Layer
 from ..errors import ConfigError
 from . import linear as linear_kernels
@@ -233,11 +234,11 @@ def _attention_into(attn, x: torch.Tensor, mask, qkv_buf: torch.Tensor, ctx_buf:
     qkv = _linear_into(attn.qkv, x.reshape(M, H), qkv_buf)  # (M, 3H)
     if isinstance(mask, Packed):
         ctx = varlen.attention(qkv.view(M, 3, attn.heads, attn.head_dim), mask, 0.0,
-                               out=ctx_buf.view(M, attn.heads, attn.head_dim))  # (N, H)
+                               out=ctx_buf.view(M, attn.heads, attn.head_dim), matmul_up_to=attn.matmul_up_to)  # (N, H)
     else:
         B, T, _ = x.shape
         q, k, v = qkv.view(B, T, 3, attn.heads, attn.head_dim).permute(2, 0, 3, 1, 4)  # (B, h, T, d)
-        c = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, h, T, d)
+        c = attend(q, k, v, mask, 0.0, attn.matmul_up_to)  # (B, h, T, d)
         ctx = ctx_buf.view(B, T, attn.heads, attn.head_dim).copy_(c.transpose(1, 2)).view(M, H)
     return _linear_into(attn.out, ctx, out)
 

@@ -22,6 +22,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from .attention_core import attend
+
 ATTENTION_KERNELS = ("loop", "njt", "pad", "block")
 
 
@@ -80,24 +82,29 @@ def repad(x: torch.Tensor, p: Packed, fill: float = 0.0) -> torch.Tensor:
 
 
 def attention(qkv: torch.Tensor, p: Packed, dropout_p: float = 0.0,
-              out: Optional[torch.Tensor] = None) -> torch.Tensor:
+              out: Optional[torch.Tensor] = None, matmul_up_to: int = 0) -> torch.Tensor:
     """Self-attention inside each sequence. qkv: (N, 3, heads, d) -> context (N, heads * d).
-    `out` (N, heads, d): a buffer to write the context into (the "loop" kernel uses it, others copy)."""
+    `out` (N, heads, d): a buffer to write the context into (the "loop" kernel uses it, others copy).
+    `matmul_up_to` (attention_core.attend): "loop" and "pad" compute softmax(q kᵀ) v of sequences (loop) or
+    batches (pad) of at most that many keys as two matmuls; "njt" and "block" are SDPA by definition (nested
+    tensors; one call over a block mask)."""
     N, _, h, d = qkv.shape
     if p.kernel == "loop":
-        return _attn_loop(qkv, p, dropout_p, out).reshape(N, h * d)
-    fn = {"njt": _attn_njt, "pad": _attn_pad, "block": _attn_block}[p.kernel]
-    ctx = fn(qkv, p, dropout_p)
+        return _attn_loop(qkv, p, dropout_p, out, matmul_up_to).reshape(N, h * d)
+    if p.kernel == "pad":
+        ctx = _attn_pad(qkv, p, dropout_p, matmul_up_to)
+    else:
+        ctx = {"njt": _attn_njt, "block": _attn_block}[p.kernel](qkv, p, dropout_p)
     return (ctx if out is None else out.copy_(ctx)).reshape(N, h * d)
 
 
-def _attn_loop(qkv, p, dropout_p, out=None):
+def _attn_loop(qkv, p, dropout_p, out=None, matmul_up_to=0):
     if out is None:
         out = torch.empty(qkv.shape[0], qkv.shape[2], qkv.shape[3], dtype=qkv.dtype, device=qkv.device)  # (N, h, d)
     bounds = p.cu_seqlens.tolist()
     for s, e in zip(bounds[:-1], bounds[1:]):
         q, k, v = qkv[s:e].permute(1, 2, 0, 3).unsqueeze(1)  # each (1, h, L, d), views
-        out[s:e] = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)[0].transpose(0, 1)
+        out[s:e] = attend(q, k, v, None, dropout_p, matmul_up_to)[0].transpose(0, 1)
     return out
 
 
@@ -110,14 +117,14 @@ def _attn_njt(qkv, p, dropout_p):
     return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p).transpose(1, 2).values()
 
 
-def _attn_pad(qkv, p, dropout_p):
+def _attn_pad(qkv, p, dropout_p, matmul_up_to=0):
     # a compact grid (B, T_max): sequence b's j-th real token at column j, whatever the original holes
     lengths = torch.tensor(p.lengths, device=qkv.device)
     keep = torch.arange(p.max_len, device=qkv.device) < lengths[:, None]  # (B, T_max)
     sub = pack_info(keep, p.kernel)
     x = repad(qkv, sub).permute(2, 0, 3, 1, 4)  # (3, B, h, T_max, d)
     mask = keep[:, None, None, :]  # (B, 1, 1, T_max): keys only
-    ctx = F.scaled_dot_product_attention(x[0], x[1], x[2], attn_mask=mask, dropout_p=dropout_p)
+    ctx = attend(x[0], x[1], x[2], mask, dropout_p, matmul_up_to)
     return unpad(ctx.transpose(1, 2), sub)  # (N, h, d)
 
 
