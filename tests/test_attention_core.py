@@ -146,7 +146,9 @@ def test_probe_gives_matmul_the_lengths_it_clearly_wins_and_runs_once(monkeypatc
         assert len(calls) == timed  # it stops at the first length matmul loses
         assert matmul_up_to(torch.bfloat16, threads=1) == want and len(calls) == timed  # remembered
     monkeypatch.setattr(core_mod, "_best_time", lambda fn: (fn(), 0.01)[1])  # the real kernels run in a probe
+    core_mod._BUFFERS.scores = None
     assert matmul_up_to(torch.float32, threads=1) == 0  # a tie keeps SDPA
+    assert core_mod._BUFFERS.scores is None  # the probe leaves no buffer behind
 
 
 def _static_model(plain):

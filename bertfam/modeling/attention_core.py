@@ -104,7 +104,7 @@ def matmul_up_to(dtype: torch.dtype, threads: Optional[int] = None) -> int:
 
 
 def _probe(dtype: torch.dtype, threads: int) -> int:
-    before = torch.get_num_threads()
+    before, kept = torch.get_num_threads(), getattr(_BUFFERS, "scores", None)
     torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(0)
     up_to = 0
@@ -118,6 +118,7 @@ def _probe(dtype: torch.dtype, threads: int) -> int:
             up_to = T
     finally:
         torch.set_num_threads(before)
+        _BUFFERS.scores = kept  # the probe's 12.6 MB of scores are not the model's to keep
     return up_to
 
 
