@@ -160,7 +160,8 @@ def main() -> int:
     started = time.time()
     load_start = os.getloadavg()
     policy = "spin" if args.spin else args.wait_policy
-    args.spin, why = worker.wait_policy(policy, *worker.machine_busy()) if policy == "auto" \
+    busy, measure = worker.machine_busy()  # other processes' work now: the report says whether it was shared
+    args.spin, why = worker.wait_policy(policy, busy, measure) if policy == "auto" \
         else worker.wait_policy(policy, 0.0)
     print(f"threads {args.threads}, reps {args.reps}, load average at start {load_start[0]:.1f}; idle threads "
           f"{'spin' if args.spin else 'sleep'} ({why})", flush=True)
@@ -171,7 +172,8 @@ def main() -> int:
           + ", ".join(f"{k} {v:.1f}" for k, v in ceiling["int8_gops"].items()), flush=True)
     results = {"ceiling": ceiling, "models": {}, "args": vars(args),
                "environment": dict(environment(args.threads, args.spin), wait_policy=why),
-               "engine_labels": {e: E.LABELS[e] for e in requested}}
+               "engine_labels": {e: E.LABELS[e] for e in requested},
+               "busy_cores": {"start": busy, "sampled": measure != "load average"}}
     for mname in models:
         prep = run_job(args, "prepare", model=mname)
         print(f"{mname}: {prep['params_m']:.1f}M parameters; max |diff| vs transformers on real tokens: bertfam "
@@ -214,6 +216,7 @@ def main() -> int:
             results["minutes"] = (time.time() - started) / 60
             results["load_average"] = {"start": load_start, "end": os.getloadavg()}
             report.write_outputs(results, args, final=False)  # partial results survive an interrupted run
+    results["busy_cores"]["end"] = worker.machine_busy()[0]  # the run's own workers have exited
     report.write_outputs(results, args)
     return 0
 

@@ -98,3 +98,12 @@ def test_report_calls_a_machine_shared_only_when_others_loaded_it():
     assert not report.shared(la(0.8, 1.3), threads=2)
     assert report.shared(la(1.6, 1.9), threads=2)
     assert report.shared(la(0.3, 3.4), threads=2)
+    # /proc/stat samples decide where the run took them: a load average left by the job before is not others'
+    # work during the run (2026-12-06: load 1.9 at start, 0.02 cores busy)
+    assert not report.shared(la(1.9, 1.3), threads=2, busy={"start": 0.02, "end": 0.01, "sampled": True})
+    assert not report.shared(la(1.9, 1.3), threads=2, busy={"start": 0.02, "sampled": True})  # end: not sampled
+    assert report.shared(la(0.1, 0.2), threads=2, busy={"start": 0.02, "end": 0.9, "sampled": True})
+    assert report.shared(la(1.9, 1.3), threads=2, busy={"start": 1.9, "sampled": False})  # fell back: load average
+    assert report.busy_text({"start": 0.02, "end": 0.5, "sampled": True}) == (
+        "Other processes' work (2 s samples of /proc/stat): 0.02 cores at start, 0.50 at end. ")
+    assert report.busy_text({"start": 1.9, "sampled": False}) == ""

@@ -9,12 +9,28 @@ import statistics
 
 from . import engines as E
 from .cases import CASES, batch_size
+from .worker import QUIET_LOAD, SAMPLE_S
 
 
-def shared(load_average: dict, threads: int) -> bool:
-    """Whether other jobs ran beside the benchmark: load at start above 1, or at end more than the run's own
-    `threads` (busy or spinning, they count in the load average) plus 1."""
+def shared(load_average: dict, threads: int, busy: dict | None = None) -> bool:
+    """Whether other jobs ran beside the benchmark. With `busy` (the /proc/stat samples of other processes'
+    work taken at start and, in a finished run, at end: worker.machine_busy): any sample of QUIET_LOAD cores
+    or more; the load average remembers the minute before the run, so it only decides where there is none:
+    load at start above 1, or at end more than the run's own `threads` (busy or spinning, they count in the
+    load average) plus 1."""
+    samples = [busy[k] for k in ("start", "end") if k in busy] if busy and busy.get("sampled") else []
+    if samples:
+        return max(samples) >= QUIET_LOAD
     return load_average["start"][0] > 1.0 or load_average["end"][0] - threads > 1.0
+
+
+def busy_text(busy: dict | None) -> str:
+    """The samples of other processes' work, as the report's header gives them ('' without samples)."""
+    if not busy or not busy.get("sampled"):
+        return ""
+    end = f"{busy['end']:.2f} at end" if "end" in busy else "end not sampled"
+    return (f"Other processes' work ({SAMPLE_S:g} s samples of /proc/stat): {busy['start']:.2f} cores at start, "
+            f"{end}. ")
 
 
 def summarize(times: list[float], work: float) -> dict:
@@ -65,11 +81,12 @@ def markdown(results: dict) -> str:
         + (f" ({env['wait_policy']})" if env.get("wait_policy") else "") + f"; torch {env['torch']}, "
         f"transformers {env['transformers']}, onnxruntime {env['onnxruntime']}"
         + (f", OpenVINO {env['openvino']}, nncf {env['nncf']}" if "openvino" in env else "") + ". "
-        f"Load average {la['start'][0]:.1f} at start, {la['end'][0]:.1f} at end (this run's own "
+        + busy_text(results.get("busy_cores"))
+        + f"Load average {la['start'][0]:.1f} at start, {la['end'][0]:.1f} at end (this run's own "
         f"{env['threads']} threads count up to {env['threads']} of it): "
         + ("**the machine was shared with other jobs, so absolute numbers are low and noisy; the ratios "
            "(engines interleaved within each case) are what this run shows.**"
-           if shared(la, env["threads"]) else "the machine was quiet."), "",
+           if shared(la, env["threads"], results.get("busy_cores")) else "the machine was quiet."), "",
         *(["**Partial results: the run was still going or was interrupted.**", ""] if not results.get("complete")
           else []),
         f"fp32 matmul ceiling measured in this run (torch): **{c['ceiling']:.1f} GFLOP/s** ("
