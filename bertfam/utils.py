@@ -5,6 +5,7 @@ import contextlib
 import os
 import tempfile
 import threading
+import time
 from typing import Callable, Iterator
 
 _UMASK_LOCK = threading.Lock()
@@ -62,3 +63,14 @@ def atomic_write(path: str, writer: Callable[[str], None]) -> None:
     """Call writer(tmp_path) and move the result into place atomically."""
     with atomic_path(path) as tmp:
         writer(tmp)
+
+
+def best_time(fn: Callable[[], object], reps: int) -> float:
+    """The shortest wall time in seconds of `reps` calls of fn (the kernel probes' measure: the least disturbed
+    call; warm-up calls are the caller's)."""
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
+
+from ..utils import best_time
 
 CORES = ("sdpa", "matmul")
 PROBE_LENGTHS = (64, 128, 256, 512)  # probed in this order, each as a batch of PROBE_TOKENS tokens
@@ -124,10 +125,5 @@ def _probe(dtype: torch.dtype, threads: int) -> int:
 
 def _best_time(fn) -> float:
     with torch.inference_mode():
-        fn()
-        best = float("inf")
-        for _ in range(PROBE_REPS):
-            t = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t)
-    return best
+        fn()  # warm-up: oneDNN primitives, the scores buffer
+        return best_time(fn, PROBE_REPS)

@@ -27,7 +27,7 @@ from typing import Iterable, Optional
 
 import torch
 
-from ..utils import atomic_write_text
+from ..utils import atomic_write_text, best_time
 from . import linear as L
 
 log = logging.getLogger("bertfam")
@@ -161,9 +161,4 @@ def _time_one(kernel: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, re
         err = float((y - ref).abs().max())
         if not err <= 1e-4 * max(1.0, float(ref.abs().max())):
             raise RuntimeError(f"wrong result (max |diff| {err:.2e} from addmm)")
-        best = float("inf")
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t0)
-    return best
+        return best_time(fn, reps)
