@@ -129,9 +129,10 @@ def test_demo_prints_the_out_of_fold_score_beside_the_demos(tmp_path, tiny_span_
 
 
 def test_readme_and_model_card_quote_what_make_demo_prints_now(capsys):
-    """The shipped model's demo, run as `make demo` runs it: its decision-rule line and its scores part (from
-    the demo tables to the out-of-fold lines; the speed line after them varies and is not quoted) stand
-    verbatim in README.md and the model card, and the quality figure both quote is the out-of-fold one."""
+    """The shipped model's demo, run as `make demo` runs it: every line it prints (the seed's example, the
+    example table, the scores part, the serve commands) stands verbatim in README.md and the model card, but
+    the model line (the clone's absolute path) and the speed line (it varies from run to run), and the
+    quality figure both quote is the out-of-fold one."""
     import os
 
     from bertfam.runners.demo import shipped_model_dir
@@ -149,4 +150,8 @@ def test_readme_and_model_card_quote_what_make_demo_prints_now(capsys):
         text = open(doc, encoding="utf-8").read()
         assert scores in text, f"{doc} does not quote make demo's scores part as it prints now"
         assert rule in text, f"{doc} does not quote make demo's decision rule line"
+        stale = [line for line in out.splitlines() if line.strip() and not line.startswith(("model:", "speed:"))
+                 and line.rstrip() not in text]
+        assert not stale, f"{doc} does not quote these lines make demo prints now: {stale[:3]}"
+        assert "speed: " in text  # the run it quotes kept its speed line
         assert f"F1 {cv['oof_f1']} [95 % " in text  # the prose quotes the out-of-fold figure
