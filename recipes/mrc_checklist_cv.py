@@ -44,7 +44,7 @@ from bertfam.tasks.mrc import (MRCPredictor, RawScores, decode, load_span_model,
                                train_mrc)
 from bertfam.tasks.mrc.crossval import (FitExtra, assign_folds, bootstrap_interval, breakdown, fold_sizes,  # noqa: E402
                                         items_of, leaks, tune_out_of_fold)
-from bertfam.tasks.mrc.answerability import FEATURES  # noqa: E402
+from bertfam.tasks.mrc.answerability import FEATURES, KNOWN_FEATURES, WORD_FEATURES  # noqa: E402
 from bertfam.training import TrainConfig  # noqa: E402
 from bertfam.training.interpolation import interpolate_  # noqa: E402
 from bertfam.utils import atomic_write_text  # noqa: E402
@@ -334,15 +334,19 @@ TITLE_FEATURES = ("has_title", "q_in_title", "title_in_q", "q_bigrams_in_title",
 
 
 def fused_features(text: str) -> tuple:
-    """--fused-features: all, no-title or a comma list of feature names (an unknown one stops here, exit 2)."""
+    """--fused-features: all, no-title, all+words (the default set and the optional word-level ones) or a comma
+    list of feature names (an unknown one stops here, exit 2)."""
     if text == "all":
         return FEATURES
+    if text == "all+words":
+        return FEATURES + WORD_FEATURES
     if text == "no-title":
         return tuple(f for f in FEATURES if f not in TITLE_FEATURES)
     names = tuple(x.strip() for x in text.split(",") if x.strip())
-    bad = [n for n in names if n not in FEATURES]
+    bad = [n for n in names if n not in KNOWN_FEATURES]
     if bad or not names:
-        print(f"--fused-features: {text!r}: all, no-title or a comma list of {', '.join(FEATURES)}", file=sys.stderr)
+        print(f"--fused-features: {text!r}: all, all+words, no-title or a comma list of {', '.join(KNOWN_FEATURES)}",
+              file=sys.stderr)
         raise SystemExit(2)
     return names
 
@@ -405,8 +409,9 @@ def main() -> int:
     ap.add_argument("--members", default=None, metavar="RUN,RUN",
                     help="no training: score the logit-averaged ensemble of these runs' fold models out of fold")
     ap.add_argument("--fused-features", default="all",
-                    help="inputs of the fused answerability model: all, no-title (without the title's match with "
-                         "the question), or a comma list of " + ", ".join(FEATURES))
+                    help="inputs of the fused answerability model: all, all+words (with the optional jieba "
+                         "word-level features), no-title (without the title's match with the question), or a "
+                         "comma list of " + ", ".join(KNOWN_FEATURES))
     ap.add_argument("--fused-extra", default="", metavar="NAME:N,...",
                     help="questions no model trains on, added to the fused answerability model's fit (not to the "
                          "thresholds' tuning or the table), built as --extra builds them, without titles: e.g. "

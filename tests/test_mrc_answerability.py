@@ -10,8 +10,9 @@ import pytest
 from bertfam.config import AnswerabilityModel, MRCSettings
 from bertfam.data.mrc import MRCAnswer, MRCExample
 from bertfam.errors import ConfigError
-from bertfam.tasks.mrc.answerability import (FEATURES, apply, check_model, clean_title, coverage, feature_vector,
-                                             fit, lexical_features, probability)
+from bertfam.tasks.mrc.answerability import (FEATURES, KNOWN_FEATURES, WORD_FEATURES, apply, check_model,
+                                             clean_title, content_words, coverage, feature_vector, fit,
+                                             lexical_features, probability, word_features)
 from bertfam.tasks.mrc.crossval import tune_out_of_fold
 from bertfam.tasks.mrc.results import RawScores, SpanCandidate
 
@@ -43,6 +44,35 @@ def test_lexical_features_zero_the_title_terms_without_a_title():
     g = lexical_features("下巴长痘痘是什么原因14岁", "……", "下巴反复长痘痘是什么原因_有问必答_快速问医生")
     assert g["has_title"] == 1.0 and g["q_in_title"] == pytest.approx(10 / 13) and g["title_in_q"] == pytest.approx(10 / 12)
     assert set(f) | {"null_diff", "reader_logit", "top_prob", "relevance", "span_log_len", "span_in_question"} == set(FEATURES)
+
+
+def test_content_words_drop_question_and_function_words():
+    assert content_words("北京大学创建于哪一年？") == ["北京大学", "创建", "于"]  # 哪一年 asks, it is not asked about
+    assert content_words("中国的首都是哪里？") == ["中国", "首都"]
+    assert content_words("是什么？") == []
+
+
+def test_word_features_see_a_name_missing_that_character_ngrams_mostly_find():
+    q, tsinghua = "北京大学创建于哪一年？", "清华大学位于北京，创建于1911年，是中国著名的高等学府。"
+    f = word_features(q, tsinghua, None)
+    assert f["q_words_in_passage"] == pytest.approx(2 / 3)  # 北京大学 missing; 创建, 于 found
+    assert f["q_missing_word_log_len"] == pytest.approx(math.log(5))  # 北京大学, 4 characters
+    assert f["q_words_in_title"] == 0.0  # no title
+    assert lexical_features(q, tsinghua, None)["q_in_passage"] > 0.7  # most of the characters are there
+    g = word_features(q, "北京大学创建于1898年，初名京师大学堂。", "北京大学创建于哪一年_百度知道")
+    assert g["q_words_in_title"] == 1.0 and g["q_words_in_passage"] == 1.0 and g["q_missing_word_log_len"] == 0.0
+    assert word_features("是什么？", "文", "题") == {"q_words_in_passage": 1.0, "q_words_in_title": 1.0,
+                                                   "q_missing_word_log_len": 0.0}
+
+
+def test_word_features_are_optional_and_known():
+    item = {"question": "北京大学创建于哪一年？", "passage": "清华大学创建于1911年。", "title": None}
+    names = FEATURES + WORD_FEATURES
+    v = dict(zip(names, feature_vector(_raw("1911年", 2.0), item, names)))
+    assert v["q_words_in_passage"] == pytest.approx(2 / 3) and v["null_diff"] == 2.0
+    assert len(feature_vector(_raw("1911年", 2.0), item)) == len(FEATURES)  # the default set leaves them out
+    check_model(AnswerabilityModel(features=list(KNOWN_FEATURES), mean=[0.0] * len(KNOWN_FEATURES),
+                                   scale=[1.0] * len(KNOWN_FEATURES), coef=[0.0] * len(KNOWN_FEATURES), intercept=0.0))
 
 
 def _raw(text, diff, p=0.5, prob=0.6):

@@ -261,6 +261,14 @@ def test_the_cross_validation_recipe_end_to_end(tmp_path):
     fits = [c["fusion"] for rep in json.load(open(out / "cv.json"))["reports"]
             for c in [rep["pooled"], *rep["folds"].values()] if c.get("fusion")]
     assert all("title_in_q" not in f["features"] and "null_diff" in f["features"] for f in fits)
+    # the optional word-level features on top of the default set
+    words = subprocess.run(cmd + ["--extensions", "none", "--fused-features", "all+words"], capture_output=True,
+                           text=True, timeout=300)
+    assert words.returncode == 0, words.stderr[-2000:]
+    fits = [c["fusion"] for rep in json.load(open(out / "cv.json"))["reports"]
+            for c in [rep["pooled"], *rep["folds"].values()] if c.get("fusion")]
+    assert fits and all(f["features"][-3:] == ["q_words_in_passage", "q_words_in_title", "q_missing_word_log_len"]
+                        and "title_in_q" in f["features"] for f in fits)
     badf = subprocess.run(cmd + ["--fused-features", "null_diff,titel"], capture_output=True, text=True, timeout=300)
     assert badf.returncode == 2 and badf.stderr.strip().splitlines()[-1].startswith("--fused-features: 'null_diff,titel'")
 

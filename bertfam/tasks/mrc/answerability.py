@@ -15,6 +15,10 @@ Features (`FEATURES`, each a number per question; the reader's come from one `de
 - title: has a title; character and bigram coverage of the question by the title and of the title by the
   question (0 without a title). The title is cut at its site suffix ("..._百度知道", "... - 知乎");
 - passage: character, bigram and trigram coverage of the question by the passage; log lengths.
+Optional (`WORD_FEATURES`, not in the default set: a model names them in its `features` to use them): the
+question's content words (jieba, question and function words dropped) found in the passage and in the title,
+and log(1 + length) of the longest content word the passage lacks. Character n-grams count 北京大学 as
+mostly present in a passage about 清华大学 in 北京; a word-level test sees the name itself missing.
 """
 from __future__ import annotations
 
@@ -33,6 +37,14 @@ from .results import RawScores
 FEATURES = ("null_diff", "reader_logit", "top_prob", "relevance", "span_log_len", "span_in_question",
             "has_title", "q_in_title", "title_in_q", "q_bigrams_in_title", "title_bigrams_in_q",
             "q_in_passage", "q_bigrams_in_passage", "q_trigrams_in_passage", "q_log_len", "passage_log_len")
+
+WORD_FEATURES = ("q_words_in_passage", "q_words_in_title", "q_missing_word_log_len")
+KNOWN_FEATURES = FEATURES + WORD_FEATURES
+
+# what a question asks with, not what it is about: never a content word
+_QUESTION_WORDS = frozenset("什么 哪里 哪儿 哪个 哪些 哪 多少 多久 多大 多长 多高 几 怎么 怎么样 怎样 如何 为什么 为何 吗 呢 吧 啊 么 "
+                            "是 的 了 在 有 和 与 及 或 啥 谁 能 可以 会 要 一个".split())
+_QUESTION_PREFIXES = ("哪", "什么", "多少", "几")  # jieba keeps 哪一年, 什么样, 多少钱, 几岁 as one word
 
 # a site suffix after the page's own title: "_有问必答_快速问医生", " - 知乎", "-太平洋汽车网", "|..."
 _SITE_SUFFIX = re.compile(r"[_|｜]|\s+-\s*|-{1,2}(?=[^\d])")
@@ -59,6 +71,28 @@ def lexical_features(question: str, passage: str, title: Optional[str]) -> dict:
             "q_log_len": math.log(1 + len(question)), "passage_log_len": math.log(1 + len(passage))}
 
 
+def content_words(text: str) -> list[str]:
+    """The words of `text` (jieba, its default dictionary) that carry content: punctuation, question words and
+    function words dropped."""
+    import logging
+
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+    return [w for w in jieba.lcut(text) if w not in _QUESTION_WORDS and not w.startswith(_QUESTION_PREFIXES)
+            and any(c.isalnum() for c in w)]
+
+
+def word_features(question: str, passage: str, title: Optional[str]) -> dict:
+    words, t = content_words(question), clean_title(title)
+    if not words:  # nothing to look for: as if all were found
+        return {"q_words_in_passage": 1.0, "q_words_in_title": 1.0 if t else 0.0, "q_missing_word_log_len": 0.0}
+    missing = [w for w in words if w not in passage]
+    return {"q_words_in_passage": 1.0 - len(missing) / len(words),
+            "q_words_in_title": sum(w in t for w in words) / len(words) if t else 0.0,
+            "q_missing_word_log_len": math.log(1 + max((len(w) for w in missing), default=0))}
+
+
 def reader_features(raw: RawScores, question: str) -> dict:
     """The features of one `decode` result (its own P(answerable): call before it is replaced by the fused one)."""
     d = raw.null_diff
@@ -75,6 +109,8 @@ def feature_vector(raw: RawScores, item: dict, names: Sequence[str] = FEATURES) 
     """(F,) the named features of one question: item has question, passage (or context) and title."""
     passage = item.get("passage", item.get("context")) or ""
     f = {**reader_features(raw, item["question"]), **lexical_features(item["question"], passage, item.get("title"))}
+    if any(n in WORD_FEATURES for n in names):  # jieba only where a model asks for these
+        f.update(word_features(item["question"], passage, item.get("title")))
     return np.array([f[n] for n in names], dtype=float)
 
 
@@ -83,9 +119,10 @@ def check_model(model: AnswerabilityModel, needs_relevance: bool = False,
     """ConfigError unless every feature the model names is one this module computes, and (needs_relevance:
     the predictor has no verifier) unless the model gives the verifier's relevance no weight: without the
     verifier that feature would read 0, a value the model never saw."""
-    unknown = [n for n in model.features if n not in FEATURES]
+    unknown = [n for n in model.features if n not in KNOWN_FEATURES]
     if unknown:
-        raise ConfigError(f"{where}.features: unknown feature(s) {', '.join(unknown)} (known: {', '.join(FEATURES)})")
+        raise ConfigError(f"{where}.features: unknown feature(s) {', '.join(unknown)} "
+                          f"(known: {', '.join(KNOWN_FEATURES)})")
     if needs_relevance and any(n == "relevance" and c != 0.0 for n, c in zip(model.features, model.coef)):
         raise ConfigError(f"{where} weighs the verifier's relevance, but the predictor has no verifier "
                           "(head.mrc.verifier names none, or verifier=False / --no-verifier was given)")
