@@ -37,6 +37,7 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from bertfam.data.dureader2 import read_dureader2  # noqa: E402
 from bertfam.data.mrc import read_mrc  # noqa: E402
 from bertfam.data.mrc_negatives import (answer_sentence_example, copula_swapped_example,  # noqa: E402
                                         definition_question_examples, similar_passage_negatives)
@@ -57,6 +58,8 @@ EXTRA = {  # name -> (file, source): answerable sets whose similar passages beco
     "drcd": (os.path.join(D, "mrc", "drcd", "DRCD_dev.json"), "drcd"),
     "trial": (os.path.join(D, "mrc", "cmrc2018", "cmrc2018_trial.json"), "cmrc2018"),  # no stage trains on it
 }
+# DuReader 2.0's search demo (JSON lines, train and dev): the checklist's own domain, with same-search negatives
+DUREADER2 = [os.path.join(D, "corpus", "zh", "dureader2_search_demo", f"search.{s}.json") for s in ("train", "dev")]
 LENGTHS = (8, 16, 24, 32, 48, 64, 96)
 EXTENSIONS = ("none", "trim", "clause", "sentence")
 
@@ -71,15 +74,22 @@ def extra_examples(spec: str, seed: int, flag: str = "--extra") -> list:
     answer opening its clause within a longer text), negatives drawn from both.
     NAME-def: up to N questions made from the defining sentences of the set's passages ("X，简称…，是Y的Z" ->
     "Y的Z是什么？" answered by X, `definition_question_examples`; one per passage) in their whole passage,
-    negatives drawn from those passages, never one that states the question's predicate (it would answer)."""
+    negatives drawn from those passages, never one that states the question's predicate (it would answer).
+    dureader2:N: N of DuReader 2.0 search demo's answerable questions (its answer paragraph, with the page's
+    title) and, as their negatives, the same searches' unselected paragraphs (`read_dureader2`), not similar
+    passages: the checklist's own domain and kind of negative."""
     rng = random.Random(seed)
     out = []
     used: set = set()  # a question is in one extra set only
     for part in filter(None, spec.split(",")):
         name, _, n = part.partition(":")
+        if name == "dureader2":
+            out += dureader2_examples(int(n or 400), rng)
+            continue
         base, _, kind = name.partition("-")
         if base not in EXTRA or kind not in ("", "sent", "swap", "swap2", "def"):
-            print(f"{flag}: {name!r} not in {', '.join(EXTRA)} (or NAME-sent, NAME-swap, NAME-swap2, NAME-def)",
+            print(f"{flag}: {name!r} not in {', '.join(EXTRA)}, dureader2 (or NAME-sent, NAME-swap, NAME-swap2, "
+                  "NAME-def)",
                   file=sys.stderr)
             raise SystemExit(2)
         exs, rep = read_mrc(EXTRA[base][0], source=EXTRA[base][1])
@@ -185,6 +195,21 @@ def train_one(args, train_exs, out_dir: str):
         model.save_pretrained(out_dir)
         print(f"  weights: {args.base_weight:g} x base + {1 - args.base_weight:g} x fine-tuned", file=sys.stderr)
     return model
+
+
+def dureader2_examples(n: int, rng: random.Random) -> list:
+    """n answerable DuReader 2.0 search-demo questions and every same-search negative of those questions."""
+    exs = []
+    for path in DUREADER2:
+        got, rep = read_dureader2(path, source=os.path.basename(path))
+        print(rep.summary(), file=sys.stderr)
+        exs += got
+    pos = [e for e in exs if not e.is_impossible]
+    pos = rng.sample(pos, min(n, len(pos)))
+    keep = {e.qid.split(":")[0] for e in pos}
+    negs = [e for e in exs if e.is_impossible and e.qid.split(":")[0] in keep]
+    print(f"--extra dureader2: {len(pos)} answerable + {len(negs)} same-search negatives", file=sys.stderr)
+    return pos + negs
 
 
 def setting_names(penalties, extensions=EXTENSIONS, lengths=LENGTHS) -> list[str]:
@@ -391,7 +416,7 @@ def main() -> int:
                          "interpolation; 0: the fine-tuned model as trained), before it predicts and is saved")
     ap.add_argument("--repeat", type=int, default=2, help="copies of the training folds' questions")
     ap.add_argument("--extra", default="robust:400", help="extra data, name[-KIND]:N,... (robust, cmrc, drcd, trial; KIND sent, swap, swap2"
-                         " or def: see extra_examples; '' none)")
+                         " or def; or dureader2:N: see extra_examples; '' none)")
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--doc-stride", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)

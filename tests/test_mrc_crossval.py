@@ -444,3 +444,27 @@ def test_the_recipes_extra_sets_swap_and_definition_questions(tmp_path, monkeypa
     with pytest.raises(SystemExit) as e:
         cv.extra_examples("toy-defs:5", seed=0)
     assert e.value.code == 2 and "'toy-defs' not in" in capsys.readouterr().err
+
+
+def test_the_recipes_dureader2_extra_brings_same_search_negatives(monkeypatch, capsys):
+    """--extra dureader2:N: N answerable DuReader 2.0 questions (answer paragraph, the page's title) and the
+    unselected paragraphs of exactly those searches as their negatives (fixture: a cut of the search demo)."""
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(root, "recipes"))
+    import mrc_checklist_cv as cv
+
+    monkeypatch.setattr(cv, "DUREADER2", [os.path.join(root, "tests", "fixtures", "mrc",
+                                                       "dureader2_search_train_cut.jsonl")])
+    every = cv.extra_examples("dureader2:100", seed=0)
+    pos = [x for x in every if not x.is_impossible]
+    negs = [x for x in every if x.is_impossible]
+    assert pos and negs and all(x.title for x in pos)
+    assert all(x.context[x.answers[0].start:].startswith(x.answers[0].text) for x in pos)
+    one = cv.extra_examples("dureader2:1", seed=0)
+    searches = {x.qid.split(":")[0] for x in one}
+    assert sum(not x.is_impossible for x in one) == 1 and len(searches) == 1  # its own search's negatives only
+    assert {x.qid for x in one if x.is_impossible} == {x.qid for x in negs if x.qid.split(":")[0] in searches}
+    assert "same-search negatives" in capsys.readouterr().err
