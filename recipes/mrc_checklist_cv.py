@@ -46,6 +46,7 @@ from bertfam.tasks.mrc import (MRCPredictor, RawScores, decode, load_span_model,
 from bertfam.tasks.mrc.crossval import (FitExtra, assign_folds, bootstrap_interval, breakdown, fold_sizes,  # noqa: E402
                                         items_of, leaks, tune_out_of_fold)
 from bertfam.tasks.mrc.answerability import FEATURES, KNOWN_FEATURES, WORD_FEATURES  # noqa: E402
+from bertfam.tasks.mrc.decoding import SPAN_CHOICES  # noqa: E402  (the fold files keep both; --span-choices searches)
 from bertfam.training import TrainConfig  # noqa: E402
 from bertfam.training.interpolation import interpolate_  # noqa: E402
 from bertfam.utils import atomic_write_text  # noqa: E402
@@ -212,15 +213,17 @@ def dureader2_examples(n: int, rng: random.Random) -> list:
     return pos + negs
 
 
-def setting_names(penalties, extensions=EXTENSIONS, lengths=LENGTHS) -> list[str]:
-    """Every decoding setting: "EXT/LENGTH" and, with a question-overlap penalty, "EXT/LENGTH/qPENALTY"."""
-    return [f"{ext}/{L}" + (f"/q{q:g}" if q else "") for q in penalties for ext in extensions for L in lengths]
+def setting_names(penalties, extensions=EXTENSIONS, lengths=LENGTHS, choices=SPAN_CHOICES) -> list[str]:
+    """Every decoding setting: "EXT/LENGTH", with a question-overlap penalty "EXT/LENGTH/qPENALTY", and with the
+    span of highest expected F1 as the answer (span choice expected_f1) "/ef1" after either."""
+    return [f"{ext}/{L}" + (f"/q{q:g}" if q else "") + ("/ef1" if c == "expected_f1" else "")
+            for c in choices for q in penalties for ext in extensions for L in lengths]
 
 
-def search_space(args) -> tuple[list[float], tuple, tuple]:
-    """(penalties, extensions, lengths) the out-of-fold choice searches: --overlap-penalties, --extensions,
-    --lengths (each a comma list; an unknown extension or length stops here). Fewer choices select less noise
-    on ~113-question folds."""
+def search_space(args) -> tuple[list[float], tuple, tuple, tuple]:
+    """(penalties, extensions, lengths, span choices) the out-of-fold choice searches: --overlap-penalties,
+    --extensions, --lengths, --span-choices (each a comma list; an unknown extension, length or choice stops
+    here). Fewer choices select less noise on ~113-question folds."""
     def listed(flag, text, known, cast):
         vals = tuple(cast(x) for x in text.split(",") if x.strip())
         bad = [v for v in vals if v not in known]
@@ -234,13 +237,15 @@ def search_space(args) -> tuple[list[float], tuple, tuple]:
     except ValueError as e:
         print(f"--overlap-penalties / --lengths: not a number ({e})", file=sys.stderr)
         raise SystemExit(2)
-    return penalties, listed("--extensions", args.extensions, EXTENSIONS, str), lengths
+    return (penalties, listed("--extensions", args.extensions, EXTENSIONS, str), lengths,
+            listed("--span-choices", args.span_choices, SPAN_CHOICES, str))
 
 
-def parse_setting(name: str) -> tuple[str, int, float]:
-    """(answer extension, max answer length, question-overlap penalty) of a setting name."""
+def parse_setting(name: str) -> tuple[str, int, float, str]:
+    """(answer extension, max answer length, question-overlap penalty, span choice) of a setting name."""
     ext, length, *rest = name.split("/")
-    return ext, int(length), float(rest[0][1:]) if rest else 0.0
+    q = next((float(r[1:]) for r in rest if r.startswith("q")), 0.0)
+    return ext, int(length), q, "expected_f1" if "ef1" in rest else "score"
 
 
 def raw_candidates(model, exs, relevance, penalties) -> dict:
@@ -249,8 +254,8 @@ def raw_candidates(model, exs, relevance, penalties) -> dict:
     ws = pred.window_scores(items_of(exs))
     out = {}
     for name in setting_names(penalties):
-        ext, L, q = parse_setting(name)
-        raws = (decode(w, e.context, pred.settings.n_best, L, ext, e.question, q) for w, e in zip(ws, exs))
+        ext, L, q, choice = parse_setting(name)
+        raws = (decode(w, e.context, pred.settings.n_best, L, ext, e.question, q, choice) for w, e in zip(ws, exs))
         # the top span alone is kept (the fold files stay small): all that the out-of-fold choice reads
         out[name] = [dataclasses.replace(r, nbest=r.nbest[:1], relevance=rel) for r, rel in zip(raws, relevance)]
     return out
@@ -430,6 +435,9 @@ def main() -> int:
     ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)),
                     help="maximum answer lengths (tokens) tried as decoding settings (comma list of "
                          + ", ".join(map(str, LENGTHS)) + ")")
+    ap.add_argument("--span-choices", default="score",
+                    help="span choices tried as decoding settings (comma list of " + ", ".join(SPAN_CHOICES)
+                         + "; expected_f1: the n-best's consensus span, settings named .../ef1)")
     ap.add_argument("--no-train", action="store_true", help="score --base itself out of fold (no fine-tuning)")
     ap.add_argument("--members", default=None, metavar="RUN,RUN",
                     help="no training: score the logit-averaged ensemble of these runs' fold models out of fold")
@@ -450,7 +458,7 @@ def main() -> int:
     if not 0.0 <= args.base_weight <= 1.0:
         print(f"--base-weight: {args.base_weight:g} is not in [0, 1]", file=sys.stderr)
         return 2
-    penalties, extensions, lengths = search_space(args)
+    penalties, extensions, lengths, choices = search_space(args)
     features = fused_features(args.fused_features)
     only, final_too = only_folds(args.only_folds, args.folds)
     if args.members and args.final and not args.final_model:
@@ -461,7 +469,7 @@ def main() -> int:
                       json.dumps({e.qid: f for e, f in zip(exs, folds)}, indent=0) + "\n")
     rel = relevance_of(exs, args.verifier, os.path.join(args.out, "relevance.json"))
     rules = ("both", "null", "cls") + (("verifier", "all") if args.verifier else ())
-    searched = set(setting_names(penalties, extensions, lengths))
+    searched = set(setting_names(penalties, extensions, lengths, choices))
     fit_exs = fit_extra_examples(args.fused_extra, args.extra, args.seed) if args.fused_extra else []
     extra = extra_examples(args.extra, args.seed) if args.extra and not (args.no_train or args.members) else []
     pieces: dict = {}
@@ -520,8 +528,8 @@ def main() -> int:
 
             model = from_pretrained(final_dir)
         p = best["pooled"]
-        ext, length, q = parse_setting(p["setting"])
-        tuned = dict(p, max_answer_length=length, answer_extension=ext, question_overlap_penalty=q)
+        ext, length, q, choice = parse_setting(p["setting"])
+        tuned = dict(p, max_answer_length=length, answer_extension=ext, question_overlap_penalty=q, span_choice=choice)
         if p["rule"] not in ("verifier", "all") and not uses_verifier(p):
             tuned["verifier"] = None  # the shipped rule does without one
         elif model.config.head.mrc_settings.verifier is None:  # it needs one: the e5 cosine `mrc build-verifier` builds

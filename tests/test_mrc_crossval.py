@@ -250,6 +250,16 @@ def test_the_cross_validation_recipe_end_to_end(tmp_path):
     chosen = {c["setting"] for rep in json.load(open(out / "cv.json"))["reports"]
               for c in [rep["pooled"], *rep["folds"].values()]}
     assert chosen and chosen <= {"none/16", "none/48"}, chosen
+    # the n-best's consensus span as the answer: the fold files hold both span choices, only this one is chosen
+    ef1 = subprocess.run(cmd + ["--extensions", "none", "--span-choices", "expected_f1"], capture_output=True,
+                         text=True, timeout=300)
+    assert ef1.returncode == 0 and "held out" not in ef1.stderr, ef1.stderr[-2000:]
+    chosen = {c["setting"] for rep in json.load(open(out / "cv.json"))["reports"]
+              for c in [rep["pooled"], *rep["folds"].values()]}
+    assert chosen and all(c.startswith("none/") and c.endswith("/ef1") for c in chosen), chosen
+    assert bertfam.from_pretrained(str(out / "final")).config.head.mrc.span_choice == "expected_f1"
+    badc = subprocess.run(cmd + ["--span-choices", "mbr"], capture_output=True, text=True, timeout=300)
+    assert badc.returncode == 2 and badc.stderr.strip().splitlines()[-1].startswith("--span-choices: 'mbr'")
     badx = subprocess.run(cmd + ["--extra", "robust-swop:10"], capture_output=True, text=True, timeout=300)
     assert badx.returncode == 2 and badx.stderr.strip().splitlines()[-1].startswith("--extra: 'robust-swop'")
     bad = subprocess.run(cmd + ["--extensions", "none,word"], capture_output=True, text=True, timeout=300)

@@ -318,6 +318,43 @@ def test_decode_lists_each_answer_text_once():
     assert len(texts) == len(set(texts)) and (r.best.start, r.best.end) == (0, 2)
 
 
+def test_expected_f1_choice_answers_the_span_the_nbest_agrees_on(tok):
+    passage = "甲乙丙丁戊己庚辛"
+    w = _win([None] + [(i, i + 1) for i in range(8)] + [None])  # one token per character
+    s = np.full(10, -9.0); e = np.full(10, -9.0)  # noqa: E702
+    s[0] = e[0] = 0.0  # the null score
+    s[1] = e[1] = 3.0  # 甲 alone: the best single span (score 6)
+    s[5] = s[6] = 2.6; e[7] = e[8] = 2.6  # noqa: E702  four overlapping spans around 己庚 (5.2 each)
+    win = [(w, s, e, 0.9)]
+    by_score = decode(win, passage, n_best=10, max_answer_length=4)
+    by_ef1 = decode(win, passage, n_best=10, max_answer_length=4, choice="expected_f1")
+    assert by_score.best.text == "甲" and by_ef1.best.text in {"戊己庚", "戊己庚辛", "己庚", "己庚辛"}
+    # the same candidates and no-answer signals either way; only the order (and so the answer) differs
+    assert sorted(c.text for c in by_score.nbest) == sorted(c.text for c in by_ef1.nbest)
+    assert (by_score.null_diff, by_score.p_answerable) == (by_ef1.null_diff, by_ef1.p_answerable) == (6.0, 0.9)
+    # expected_f1: the answer's F1 against the n-best weighted by probability, higher for the consensus span
+    assert 0.0 < by_score.expected_f1 < by_ef1.expected_f1 <= 1.0
+    assert by_score.expected_f1 == pytest.approx(by_score.best.prob, abs=1e-4)  # 甲 overlaps only unlikely ones
+    with pytest.raises(ValueError, match="span choice 'mbr' not in score, expected_f1"):
+        decode(win, passage, choice="mbr")
+    # the setting reaches decoding through the predictor, and the commands' option is an override
+    from bertfam.runners.mrc import MRCPredictorOptions
+
+    m = tiny_span_model(tok)
+    pred = MRCPredictor(m, settings_of(m, span_choice="expected_f1", max_length=48, doc_stride=16))
+    raw = pred.raw_scores([{"question": "价格", "passage": "售价６９９９元，华为于2020年发布。"}])[0]
+    assert raw.expected_f1 == pytest.approx(max(_expected(raw.nbest)))
+    assert MRCPredictorOptions(span_choice="expected_f1").overrides() == {"span_choice": "expected_f1"}
+
+
+def _expected(nbest):
+    """Each candidate's expected F1, written out pair by pair."""
+    def f1(a, b):
+        o = max(0, min(a.end, b.end) - max(a.start, b.start))
+        return 2 * o / ((a.end - a.start) + (b.end - b.start))
+    return [sum(b.prob * f1(a, b) for b in nbest) for a in nbest]
+
+
 def test_window_logits_cut_each_window_to_its_tokens():
     from bertfam.tasks.mrc import window_logits
 
@@ -408,7 +445,7 @@ def test_typed_results_give_the_json_shapes_of_before(tok):
     assert blank == {"answer": None, "start": None, "end": None, "score": 1.0, "answerable": False, "nbest": [],
                      "null_diff": -math.inf, "p_answerable": None, "relevance": None}
     raw = pred.raw_scores([item])[0]
-    assert list(raw.to_dict()) == ["nbest", "null_diff", "p_answerable", "relevance"]
+    assert list(raw.to_dict()) == ["nbest", "null_diff", "p_answerable", "relevance", "expected_f1"]
     assert RawScores.from_dict(json.loads(json.dumps(raw.to_dict()))) == raw  # as kept fold files are read back
     assert pred.decide(raw, details=True) == detailed
 
@@ -419,6 +456,7 @@ def test_a_bad_setting_is_one_config_error_line(tok):
     m = tiny_span_model(tok)
     cases = [(lambda: settings_of(m, max_answer_length=0), "head.mrc.max_answer_length must be a positive integer"),
              (lambda: settings_of(m, answer_extension="word"), "head.mrc.answer_extension must be one of"),
+             (lambda: settings_of(m, span_choice="mbr"), "head.mrc.span_choice must be one of score, expected_f1"),
              (lambda: settings_of(m, max_answer_len=30), r"head.mrc: unknown field\(s\) max_answer_len"),
              (lambda: MRCPredictor(m, {"max_length": 64}), "MRCPredictor: settings must be an MRCSettings")]
     for make, message in cases:

@@ -186,6 +186,8 @@ def _print_rule(predictor) -> None:
         print("  answers cut at their first sentence end")
     elif s.answer_extension != "none":
         print(f"  answers widened to their {s.answer_extension}")
+    if s.span_choice == "expected_f1":
+        print("  answer: the span with the highest expected F1 against the n-best")
     print()
 
 

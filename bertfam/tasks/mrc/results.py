@@ -39,6 +39,7 @@ class RawScores:
     p_answerable: Optional[float]  # max over windows of the classifier's P (the fused model's, once applied)
     relevance: Optional[float] = None  # the verifier's question-passage score (None: no verifier)
     p_reader: Optional[float] = None  # the reader's own P(answerable), kept when a fused model replaced it
+    expected_f1: Optional[float] = None  # the answer's expected F1 against the n-best (decoding.expected_f1)
 
     @property
     def best(self) -> Optional[SpanCandidate]:
@@ -49,15 +50,17 @@ class RawScores:
              "p_answerable": self.p_answerable, "relevance": self.relevance}
         if self.p_reader is not None:  # only a fused result has it
             d["p_reader"] = self.p_reader
+        if self.expected_f1 is not None:  # files kept before it existed lack it
+            d["expected_f1"] = self.expected_f1
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping, where: str = "raw scores") -> "RawScores":
-        """The `to_dict` shape (nbest, null_diff, p_answerable; relevance, p_reader optional) back; one DataError
+        """The `to_dict` shape (nbest, null_diff, p_answerable; relevance, p_reader, expected_f1 optional) back; one DataError
         line naming `where` for anything else."""
         try:
             return cls(tuple(SpanCandidate.from_dict(c) for c in d["nbest"]), d["null_diff"], d["p_answerable"],
-                       d.get("relevance"), d.get("p_reader"))
+                       d.get("relevance"), d.get("p_reader"), d.get("expected_f1"))
         except (KeyError, TypeError, AttributeError) as e:
             raise DataError(f"{where}: not MRC raw scores (nbest, null_diff, p_answerable): {e!r}") from None
 
