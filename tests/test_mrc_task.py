@@ -208,6 +208,14 @@ def test_cli_train_predict_evaluate_ensemble_compare_ask(tmp_path, capsys):
     assert list(r) == ["F1", "EM", "TOTAL", "SKIP"] and r["TOTAL"] == 8 and r["SKIP"] == 0
     assert 0.0 <= float(r["F1"]) <= 100.0
 
+    # --always-answer: no no-answer rule, every question gets its best span (the n-best's first)
+    always = str(tmp_path / "always.json")
+    assert main(["mrc", "predict", "--model", out, "--data", dev, "--out", always, "--always-answer"]) == 0
+    answers, kept = json.load(open(always)), json.load(open(str(tmp_path / "always.nbest.json")))
+    assert all(answers[q] == n["nbest"][0]["text"] and n["answerable"] for q, n in kept.items() if n["nbest"])
+    assert sum(a != "no answer" for a in answers.values()) == sum(bool(n["nbest"]) for n in kept.values()) > 0
+    capsys.readouterr()
+
     # the trivial baseline: always "no answer" -> exactly the unanswerable share (4 of 8)
     base = str(tmp_path / "base.json")
     json.dump({k: "no answer" for k in preds}, open(base, "w"))
@@ -429,6 +437,14 @@ def test_a_settings_override_changes_the_given_field_and_keeps_the_rest(tok):
     # the commands' options are overrides of the fields they give
     kw = MRCPredictorOptions(max_answer_length=30, verifier=False).predictor_kw()
     assert kw == {"overrides": {"max_answer_length": 30}, "verifier": False, "batch_size": 32, "int8": False}
+    # always_answer: the thresholds that let every span through, whatever the model's tuned ones
+    strict = dataclasses.replace(m.config.head.mrc, null_threshold=1e9, answerable_threshold=1.0)
+    m.config.head.mrc = strict
+    item = {"question": "价格", "passage": "售价６９９９元，华为于2020年发布。"}
+    assert not MRCPredictor(m).predict(**item).answerable
+    over = MRCPredictorOptions(always_answer=True, n_best=5).overrides()
+    assert over == {"n_best": 5, "null_threshold": -1e30, "answerable_threshold": 0.0, "verifier_threshold": -1.0}
+    assert MRCPredictor(m, settings_of(m, **over)).predict(**item).answerable
 
 
 def test_typed_results_give_the_json_shapes_of_before(tok):

@@ -147,6 +147,9 @@ def _decode_args(p) -> None:
     p.add_argument("--span-choice", choices=("score", "expected_f1"), default=None,
                    help="the answer: the best-scoring span, or the span with the highest expected F1 against the "
                         f"n-best (their consensus; default: the model's tuned setting, else {D.span_choice})")
+    p.add_argument("--always-answer", action="store_true",
+                   help="no no-answer rule: every question gets its best span (data known to be answerable, such "
+                        "as CMRC2018 or DRCD; pair with --span-choice expected_f1, docs/mrc.md)")
     p.add_argument("--no-verifier", action="store_true",
                    help="ignore the model's question-passage verifier (head.mrc.verifier): the reader's own "
                         "no-answer rule alone")
@@ -163,7 +166,7 @@ def _predictor(args):
     return MRCPredictorOptions(max_length=args.max_length, doc_stride=args.doc_stride,
                                max_query_length=args.max_query_length, max_answer_length=args.max_answer_length,
                                n_best=args.n_best, answer_extension=args.answer_extension,
-                               span_choice=args.span_choice, verifier=not args.no_verifier, batch_size=args.batch_size, int8=args.int8)
+                               span_choice=args.span_choice, always_answer=args.always_answer, verifier=not args.no_verifier, batch_size=args.batch_size, int8=args.int8)
 
 
 def _train(args, cfg) -> int:

@@ -87,10 +87,15 @@ class MRCPredictorOptions:
     verifier: bool = True  # False: ignore the model's question-passage verifier (head.mrc.verifier)
     batch_size: int = 32
     int8: bool = False  # run the model(s) in int8 (an int8 checkpoint is int8 anyway)
+    always_answer: bool = False  # no no-answer rule: every question with a span in its passage gets its best
+
+    # the no-answer rule's thresholds that let every span through (`tasks.mrc.answered`)
+    NO_RULE: ClassVar[dict] = {"null_threshold": -1e30, "answerable_threshold": 0.0, "verifier_threshold": -1.0}
 
     def overrides(self) -> dict:
-        """The MRCSettings fields given (the others stay the model's)."""
-        return {k: getattr(self, k) for k in self.SETTINGS if getattr(self, k) is not None}
+        """The MRCSettings fields given (the others stay the model's); always_answer: the thresholds too."""
+        given = {k: getattr(self, k) for k in self.SETTINGS if getattr(self, k) is not None}
+        return {**given, **self.NO_RULE} if self.always_answer else given
 
     def predictor_kw(self) -> dict:
         """The keyword arguments of `tasks.mrc.load_predictor` / `predictor_from_models`."""
