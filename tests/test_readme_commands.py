@@ -5,6 +5,7 @@ in range, run-file merging accepts them). The reading-comprehension and fine-tun
 end exactly as written, their placeholders (MODEL, dev.json, SST-2/train.tsv, ...) bound to tiny models and
 the fixtures under tests/fixtures, in a scratch directory so that their relative `runs/...` paths land there.
 Commands that need real data or hours (pre-training 200 steps, distillation, GLUE, serve) are parsed only."""
+import json
 import os
 import re
 import shlex
@@ -80,12 +81,13 @@ def test_reading_comprehension_block_runs_as_written(scratch, capsys):
     names = {"Q": "谁是作者？", "P": "张三是这本书的作者。", "T": "书", "A": "runs/mrc", "B": "runs/mrc",
              "C": "runs/mrc"}
     commands = readme_commands("Reading comprehension")
-    assert [a[1] for a in commands] == ["train", "predict", "evaluate", "ask", "ensemble", "compare"]
+    assert [a[1] for a in commands] == ["train", "predict", "evaluate", "ask", "ensemble", "compare", "predict"]
     for argv in commands:
         rc, out, err = cli(capsys, *_bind(argv, names))
         assert rc == 0, (argv, err)
     assert (scratch / "pred.json").is_file() and (scratch / "pred.nbest.json").is_file()
     assert (scratch / "runs" / "cmp" / "compare.png").is_file()
+    assert "no answer" not in json.load(open(scratch / "all.json")).values()  # --always-answer
     [export] = [a for a in readme_commands("Serving") if a[0] == "export"]
     rc, out, err = cli(capsys, *export)  # bertfam export --onnx runs/mrc mrc.onnx
     assert rc == 0 and (scratch / "mrc.onnx").is_file(), err
