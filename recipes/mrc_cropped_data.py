@@ -25,7 +25,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bertfam.data.chinese_script import simplified_examples  # noqa: E402
 from bertfam.data.dureader2 import read_dureader2  # noqa: E402
 from bertfam.data.mrc_negatives import (answer_sentence_example, copula_swapped_example,  # noqa: E402
-                                        definition_question_examples, sentences, similar_passage_negatives)
+                                        definition_question_examples, entity_swapped_negative, name_pool,
+                                        sentences, similar_passage_negatives)
 from bertfam.data.mrc import MRCAnswer, read_mrc, split_examples, write_squad  # noqa: E402
 
 D = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "mrc")
@@ -136,6 +137,17 @@ def definitions(examples: list, copies: int, rng: random.Random, width: int) -> 
     return [dataclasses.replace(x, qid=f"{x.qid}#{k}") for k in range(copies) for x in base]
 
 
+def entity_swapped(examples: list, fraction: float, rng: random.Random) -> list:
+    """For `fraction` of the answerable examples (chosen by rng), the question with its topic name replaced by
+    another name of the same kind from the examples' own questions, the passage kept, as unanswerable
+    (`entity_swapped_negative`): the checklist's "same passage, another entity" negative, beside its
+    answerable twin, where the similar-passage negatives differ in everything."""
+    pos = [ex for ex in examples if not ex.is_impossible and ex.answers]
+    pool = name_pool(pos)
+    chosen = [ex for ex in pos if rng.random() < fraction]
+    return [n for n in (entity_swapped_negative(ex, pool, rng) for ex in chosen) if n is not None]
+
+
 def build(examples: list, n_neg: int, rng: random.Random, width: int, short: float = 0.0,
           short_rng: Optional[random.Random] = None) -> list:
     pos = [crop(ex, width, rng) for ex in examples]
@@ -195,6 +207,10 @@ def main() -> None:
                     help="copies of the questions made from the passages' defining sentences ('X，…，是Y的Z' ->"
                          " 'Y的Z是什么？' answered by X), in the passage and as a sentence, with similar-sentence"
                          " negatives; 0: none")
+    ap.add_argument("--entity-swap", type=float, default=0.0,
+                    help="share of train answerable questions (of the sources above) given an unanswerable twin:"
+                         " the question's topic name replaced by another name of the same kind, the passage kept;"
+                         " 0: none")
     ap.add_argument("--add", default="", help=f"sets added to train (no dev part): name[:N answerable, default all],... of {', '.join(ADDED)}")
     a = ap.parse_args()
     added = [x.partition(":") for x in a.add.split(",") if x]
@@ -205,11 +221,14 @@ def main() -> None:
         ap.error(f"--swap: {a.swap} is negative (copies of each swapped question; 0: none)")
     if a.definitions < 0:
         ap.error(f"--definitions: {a.definitions} is negative (copies of each definition question; 0: none)")
+    if not 0 <= a.entity_swap <= 1:
+        ap.error(f"--entity-swap: {a.entity_swap} is not a share between 0 and 1")
     added = [(name, int(n or 0)) for name, _, n in added]
     rng = random.Random(a.seed)
     short_rng = random.Random(a.seed + 1)
     swap_rng = random.Random(a.seed + 2)  # its own random numbers: the rest is that of a run without --swap
     def_rng = random.Random(a.seed + 3)  # ... and without --definitions
+    ent_rng = random.Random(a.seed + 4)  # ... and without --entity-swap
     os.makedirs(a.out, exist_ok=True)
     train, dev = [], []
     for name, files in SOURCES.items():
@@ -226,7 +245,12 @@ def main() -> None:
         limit = a.cmrc if name == "cmrc2018" else (a.robust or len(tr))
         tr = rng.sample(tr, min(limit, len(tr)))
         k = int(len(tr) * a.neg_fraction / (1 - a.neg_fraction))
-        train += build(tr, k, rng, a.crop, a.short, short_rng)
+        built = build(tr, k, rng, a.crop, a.short, short_rng)
+        train += built
+        if a.entity_swap > 0:
+            es = entity_swapped(built, a.entity_swap, ent_rng)
+            train += es
+            print(f"{name}: {len(es)} entity-swapped unanswerable questions", file=sys.stderr)
         dev += build(dv, int(len(dv) * 0.8), rng, a.dev_crop)  # dev: ~45% unanswerable, like the demo's 51%
         if a.swap > 0:
             sw = swapped(tr, a.swap, swap_rng, a.crop)

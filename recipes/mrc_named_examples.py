@@ -3,7 +3,8 @@ answered by one or more model directories, with the fused P(answerable), the rea
 PASS when the answer is what the example expects (a span that contains the expected text and is at most
 `slack` characters longer; or declined where no answer is expected).
 
-Usage: python recipes/mrc_named_examples.py MODEL [MODEL ...]   (exit 0; one table per model)
+Usage: python recipes/mrc_named_examples.py MODEL [MODEL ...]   (exit 0; one table per model; exit 2 with one
+line for a directory that holds no model)
 
 The examples: the demo's five hand-written ones (bertfam.runners.demo.HAND_WRITTEN), the README's and the API
 schema's /v1/mrc examples, the web page's prefilled passage with its placeholder question (read from
@@ -86,8 +87,14 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("Usage: python recipes/mrc_named_examples.py MODEL [MODEL ...]", file=sys.stderr)
         return 2
+    from bertfam.errors import BertfamError
+
     for d in argv:
-        rows = run(d)
+        try:
+            rows = run(d)
+        except BertfamError as e:
+            print(f"mrc_named_examples: {e}", file=sys.stderr)
+            return 2
         print(f"\n{d}")
         for name, ok, r in rows:
             top = r.nbest[0].text if r.nbest else ""

@@ -58,6 +58,10 @@ def test_runs_on_a_model_and_needs_one(tmp_path):
     assert len(rows) == 13 and r.stdout.strip().endswith("pass")
     none = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True, timeout=300)
     assert none.returncode == 2 and "Usage" in none.stderr
+    missing = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "nothing")], capture_output=True, text=True,
+                             timeout=300)
+    assert missing.returncode == 2 and "model directory not found" in missing.stderr
+    assert "Traceback" not in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
 
 
 def test_the_shipped_model_keeps_passing_what_it_passes():

@@ -228,14 +228,71 @@ def test_general_stage_data_definition_questions():
     assert cd.definitions(exs, 0, random.Random(0), 300) == []
 
 
-@pytest.mark.parametrize("flag", ["--swap", "--definitions"])
-def test_general_stage_data_rejects_a_negative_count(tmp_path, flag):
+def test_entity_swapped_negative_changes_the_topic_name_only():
+    """bertfam.data.mrc_negatives.entity_swapped_negative: the question's longest name that the passage holds
+    (and no answer does) is replaced by another name of the same kind that the passage, title and question
+    lack; the passage is kept and the copy is unanswerable. Questions without such a name give None."""
+    from bertfam.data.mrc import MRCAnswer, MRCExample
+    from bertfam.data.mrc_negatives import entity_swapped_negative, name_pool, question_names
+
+    assert ("北京大学", "organisation") in question_names("北京大学创建于哪一年？")
+    ctx = "北京大学创建于1898年，初名京师大学堂。"
+    ex = MRCExample("a", "北京大学创建于哪一年？", ctx, answers=[MRCAnswer("1898年", ctx.index("1898年"))])
+    pool = {"organisation": ["北京大学", "清华大学", "复旦大学", "中山大学"], "person": ["李白", "杜甫"]}
+    outs = {entity_swapped_negative(ex, pool, random.Random(s)).question for s in range(20)}
+    assert outs == {"清华大学创建于哪一年？", "复旦大学创建于哪一年？", "中山大学创建于哪一年？"}  # never itself
+    neg = entity_swapped_negative(ex, pool, random.Random(0))
+    assert neg.context == ctx and neg.is_impossible and not neg.answers and neg.qid == "a:ent"
+    # a pool whose other names all occur in the passage: no replacement
+    ctx2 = "北京大学创建于1898年，清华大学创建于1911年。"
+    ex2 = MRCExample("b", "北京大学创建于哪一年？", ctx2, answers=[MRCAnswer("1898年", ctx2.index("1898年"))])
+    assert entity_swapped_negative(ex2, {"organisation": ["北京大学", "清华大学"]}, random.Random(0)) is None
+    # the name is the answer's own text, or absent from the passage: no topic to swap
+    ctx3 = "创建最早的是北京大学。"
+    ex3 = MRCExample("c", "哪所大学是北京大学？", ctx3, answers=[MRCAnswer("北京大学", ctx3.index("北京大学"))])
+    assert entity_swapped_negative(ex3, pool, random.Random(0)) is None
+    ex4 = MRCExample("d", "北京大学创建于哪一年？", "它创建于1898年。", answers=[MRCAnswer("1898年", 4)])
+    assert entity_swapped_negative(ex4, pool, random.Random(0)) is None
+    assert name_pool([ex])["organisation"] == ["北京大学"]
+
+
+def test_general_stage_data_entity_swaps():
+    """recipes/mrc_cropped_data.py --entity-swap: about the chosen share of answerable questions come back as
+    unanswerable twins with another name in the question and the same passage; unanswerable inputs never."""
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "recipes"))
+    import mrc_cropped_data as cd
+    from bertfam.data.mrc import MRCAnswer, MRCExample
+
+    unis = ["北京大学", "清华大学", "复旦大学", "中山大学", "南京大学", "浙江大学"]
+    exs = []
+    for i in range(300):
+        u = unis[i % len(unis)]
+        ctx = f"{u}创建于{1890 + i}年。"
+        exs.append(MRCExample(f"p{i}", f"{u}创建于哪一年？", ctx,
+                              answers=[MRCAnswer(f"{1890 + i}年", ctx.index(f"{1890 + i}年"))]))
+    exs += [MRCExample(f"n{i}", "北京大学在哪里？", "长江全长约6300公里。", is_impossible=True) for i in range(50)]
+    out = cd.entity_swapped(exs, 0.5, random.Random(0))
+    assert 110 < len(out) < 190  # about half of the 300 answerable ones
+    src = {x.qid: x for x in exs}
+    for x in out:
+        orig = src[x.qid.removesuffix(":ent")]
+        assert not orig.is_impossible and x.is_impossible and not x.answers and x.context == orig.context
+        assert x.question != orig.question and x.question[:4] in unis and x.question[:4] not in x.context
+    assert cd.entity_swapped(exs, 0.0, random.Random(0)) == []
+
+
+@pytest.mark.parametrize("flag,message", [("--swap", "--swap: -1 is negative"),
+                                          ("--definitions", "--definitions: -1 is negative"),
+                                          ("--entity-swap", "--entity-swap: -1.0 is not a share between 0 and 1")])
+def test_general_stage_data_rejects_a_negative_count(tmp_path, flag, message):
     import subprocess
     import sys
 
     r = subprocess.run([sys.executable, os.path.join(ROOT, "recipes", "mrc_cropped_data.py"), "--out",
                         str(tmp_path / "d"), flag, "-1"], capture_output=True, text=True)
-    assert r.returncode == 2 and f"{flag}: -1 is negative" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "d").exists()
 
 

@@ -204,3 +204,66 @@ def definition_question_examples(ex: MRCExample, max_per_passage: int = 2) -> li
         if len(out) >= max_per_passage:
             break
     return out
+
+
+# jieba's part-of-speech flags that name something, by kind; a replacement keeps the kind, so a person's name
+# is replaced by a person's name and a university by an organisation
+_NAME_KINDS = {"nr": "person", "nrt": "person", "nrfg": "person", "ns": "place", "nt": "organisation",
+               "nz": "name"}
+
+
+def question_names(question: str) -> list[tuple[str, str]]:
+    """(word, kind) of the names in `question` by jieba's part-of-speech tags ("北京大学创建于哪一年？" ->
+    [("北京大学", "organisation")]). Plain nouns are left out: swapping 常住人口 for 手续费 makes nonsense,
+    not a question about something else."""
+    import logging
+
+    import jieba
+    import jieba.posseg
+
+    jieba.setLogLevel(logging.WARNING)
+    out = []
+    for w in jieba.posseg.cut(question):
+        kind = _NAME_KINDS.get(w.flag)
+        if kind and len(w.word) >= 2 and not w.word.isascii():
+            out.append((w.word, kind))
+    return out
+
+
+def name_pool(examples: Sequence[MRCExample]) -> dict[str, list[str]]:
+    """kind -> the distinct names the examples' questions hold (sorted, so a seeded draw repeats)."""
+    pool: dict[str, set] = {}
+    for ex in examples:
+        for word, kind in question_names(ex.question):
+            pool.setdefault(kind, set()).add(word)
+    return {k: sorted(v) for k, v in pool.items()}
+
+
+def entity_swapped_negative(ex: MRCExample, pool: dict[str, list[str]], rng,
+                            tries: int = 20) -> Optional[MRCExample]:
+    """`ex` with the topic of its QUESTION replaced by another name of the same kind, the passage kept: an
+    unanswerable example, since the passage now answers the question for something else ("北京大学创建于
+    哪一年？" against a passage on 清华大学). The topic is the question's longest name that the passage contains
+    and no answer contains; the new name (drawn by rng, a random.Random; the same length when the pool has
+    one) occurs nowhere in the passage, the title or the question. Why: the checklist's unanswerable
+    questions change one entity of a question the passage would answer, and a reader trained only on
+    other passages as negatives keeps answering them (P 0.99 for the example above). None when the question
+    has no such topic or no replacement is found."""
+    if ex.is_impossible or not ex.answers:
+        return None
+    topics = [(w, k) for w, k in question_names(ex.question)
+              if w in ex.context and not any(w in a.text for a in ex.answers)]
+    if not topics:
+        return None
+    word, kind = max(topics, key=lambda t: len(t[0]))
+    names = pool.get(kind, [])
+    same_len = [n for n in names if len(n) == len(word)]
+    cands = same_len if len(same_len) > 1 else names
+    seen = ex.context + (ex.title or "") + ex.question
+    for _ in range(min(tries, len(cands))):
+        new = cands[rng.randrange(len(cands))]
+        if new in seen or word in new or new in word:
+            continue
+        return dataclasses.replace(ex, qid=f"{ex.qid}:ent", question=ex.question.replace(word, new), answers=[],
+                                   is_impossible=True)
+    return None
