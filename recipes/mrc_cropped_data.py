@@ -137,15 +137,18 @@ def definitions(examples: list, copies: int, rng: random.Random, width: int) -> 
     return [dataclasses.replace(x, qid=f"{x.qid}#{k}") for k in range(copies) for x in base]
 
 
-def entity_swapped(examples: list, fraction: float, rng: random.Random) -> list:
+def entity_swapped(examples: list, fraction: float, rng: random.Random, hard: float = 0.0) -> list:
     """For `fraction` of the answerable examples (chosen by rng), the question with its topic name replaced by
     another name of the same kind from the examples' own questions, the passage kept, as unanswerable
     (`entity_swapped_negative`): the checklist's "same passage, another entity" negative, beside its
-    answerable twin, where the similar-passage negatives differ in everything."""
+    answerable twin, where the similar-passage negatives differ in everything. hard: the share of them whose
+    new name is written mostly with the passage's own characters (`entity_swapped_negative(hard=True)`)."""
     pos = [ex for ex in examples if not ex.is_impossible and ex.answers]
     pool = name_pool(pos)
     chosen = [ex for ex in pos if rng.random() < fraction]
-    return [n for n in (entity_swapped_negative(ex, pool, rng) for ex in chosen) if n is not None]
+    # no coin drawn without hard: the same random numbers, so the same data, as before it existed
+    out = (entity_swapped_negative(ex, pool, rng, hard=hard > 0 and rng.random() < hard) for ex in chosen)
+    return [n for n in out if n is not None]
 
 
 def build(examples: list, n_neg: int, rng: random.Random, width: int, short: float = 0.0,
@@ -211,6 +214,9 @@ def main() -> None:
                     help="share of train answerable questions (of the sources above) given an unanswerable twin:"
                          " the question's topic name replaced by another name of the same kind, the passage kept;"
                          " 0: none")
+    ap.add_argument("--entity-swap-hard", type=float, default=0.0,
+                    help="share of the entity-swapped twins whose new name is written mostly with the passage's"
+                         " own characters (北京大学 against a passage on 清华大学 in 北京); needs --entity-swap")
     ap.add_argument("--add", default="", help=f"sets added to train (no dev part): name[:N answerable, default all],... of {', '.join(ADDED)}")
     a = ap.parse_args()
     added = [x.partition(":") for x in a.add.split(",") if x]
@@ -223,6 +229,10 @@ def main() -> None:
         ap.error(f"--definitions: {a.definitions} is negative (copies of each definition question; 0: none)")
     if not 0 <= a.entity_swap <= 1:
         ap.error(f"--entity-swap: {a.entity_swap} is not a share between 0 and 1")
+    if not 0 <= a.entity_swap_hard <= 1:
+        ap.error(f"--entity-swap-hard: {a.entity_swap_hard} is not a share between 0 and 1")
+    if a.entity_swap_hard > 0 and a.entity_swap == 0:
+        ap.error("--entity-swap-hard: needs --entity-swap (the share of questions given a twin)")
     added = [(name, int(n or 0)) for name, _, n in added]
     rng = random.Random(a.seed)
     short_rng = random.Random(a.seed + 1)
@@ -248,7 +258,7 @@ def main() -> None:
         built = build(tr, k, rng, a.crop, a.short, short_rng)
         train += built
         if a.entity_swap > 0:
-            es = entity_swapped(built, a.entity_swap, ent_rng)
+            es = entity_swapped(built, a.entity_swap, ent_rng, a.entity_swap_hard)
             train += es
             print(f"{name}: {len(es)} entity-swapped unanswerable questions", file=sys.stderr)
         dev += build(dv, int(len(dv) * 0.8), rng, a.dev_crop)  # dev: ~45% unanswerable, like the demo's 51%

@@ -256,6 +256,26 @@ def test_entity_swapped_negative_changes_the_topic_name_only():
     assert name_pool([ex])["organisation"] == ["北京大学"]
 
 
+def test_hard_entity_swap_draws_names_written_with_the_passages_characters():
+    """entity_swapped_negative(hard=True): the new name is one at least half written with the passage's own
+    characters (北京大学 against a passage on 清华大学 in 北京), never one that shares the topic's first two
+    characters (清华园 may name the same place); without such a name the draw is the plain one."""
+    from bertfam.data.mrc import MRCAnswer, MRCExample
+    from bertfam.data.mrc_negatives import entity_swapped_negative
+
+    ctx = "清华大学创建于1911年，位于北京西北郊。"
+    ex = MRCExample("a", "清华大学创建于哪一年？", ctx, answers=[MRCAnswer("1911年", ctx.index("1911年"))])
+    pool = {"organisation": ["北京大学", "复旦大学", "中山大学", "清华园区", "武汉理工"]}
+    hard = {entity_swapped_negative(ex, pool, random.Random(s), hard=True).question for s in range(30)}
+    # 北京大学: 4 of 4 characters in the passage; 复旦大学 / 中山大学: 2 of 4 (大学); 武汉理工: none
+    assert hard == {"北京大学创建于哪一年？", "复旦大学创建于哪一年？", "中山大学创建于哪一年？"}
+    plain = {entity_swapped_negative(ex, pool, random.Random(s)).question for s in range(60)}
+    assert "武汉理工创建于哪一年？" in plain and "清华园区创建于哪一年？" not in hard
+    far = {"organisation": ["武汉理工", "南开中学"]}  # none qualifies: the plain draw
+    assert {entity_swapped_negative(ex, far, random.Random(s), hard=True).question for s in range(30)} == {
+        "武汉理工创建于哪一年？", "南开中学创建于哪一年？"}
+
+
 def test_general_stage_data_entity_swaps():
     """recipes/mrc_cropped_data.py --entity-swap: about the chosen share of answerable questions come back as
     unanswerable twins with another name in the question and the same passage; unanswerable inputs never."""
@@ -281,11 +301,16 @@ def test_general_stage_data_entity_swaps():
         assert not orig.is_impossible and x.is_impossible and not x.answers and x.context == orig.context
         assert x.question != orig.question and x.question[:4] in unis and x.question[:4] not in x.context
     assert cd.entity_swapped(exs, 0.0, random.Random(0)) == []
+    # hard 0 draws no coin: the same twins as before the option existed; hard 1: names nearer the passage
+    assert cd.entity_swapped(exs, 0.5, random.Random(0), hard=0.0) == out
+    hard = cd.entity_swapped(exs, 0.5, random.Random(0), hard=1.0)
+    assert len(hard) > 100 and all(x.question[:4] in unis for x in hard)
 
 
 @pytest.mark.parametrize("flag,message", [("--swap", "--swap: -1 is negative"),
                                           ("--definitions", "--definitions: -1 is negative"),
-                                          ("--entity-swap", "--entity-swap: -1.0 is not a share between 0 and 1")])
+                                          ("--entity-swap", "--entity-swap: -1.0 is not a share between 0 and 1"),
+                                          ("--entity-swap-hard", "--entity-swap-hard: -1.0 is not a share between 0 and 1")])
 def test_general_stage_data_rejects_a_negative_count(tmp_path, flag, message):
     import subprocess
     import sys
@@ -293,6 +318,16 @@ def test_general_stage_data_rejects_a_negative_count(tmp_path, flag, message):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "recipes", "mrc_cropped_data.py"), "--out",
                         str(tmp_path / "d"), flag, "-1"], capture_output=True, text=True)
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def test_general_stage_data_hard_swaps_need_entity_swaps(tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "recipes", "mrc_cropped_data.py"), "--out",
+                        str(tmp_path / "d"), "--entity-swap-hard", "0.5"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--entity-swap-hard: needs --entity-swap" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "d").exists()
 
 

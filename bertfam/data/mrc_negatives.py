@@ -239,8 +239,13 @@ def name_pool(examples: Sequence[MRCExample]) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in pool.items()}
 
 
+def _char_share(text: str, other: str) -> float:
+    """Share of text's characters that occur in other."""
+    return sum(c in other for c in text) / len(text) if text else 0.0
+
+
 def entity_swapped_negative(ex: MRCExample, pool: dict[str, list[str]], rng,
-                            tries: int = 20) -> Optional[MRCExample]:
+                            tries: int = 20, hard: bool = False) -> Optional[MRCExample]:
     """`ex` with the topic of its QUESTION replaced by another name of the same kind, the passage kept: an
     unanswerable example, since the passage now answers the question for something else ("北京大学创建于
     哪一年？" against a passage on 清华大学). The topic is the question's longest name that the passage contains
@@ -248,7 +253,13 @@ def entity_swapped_negative(ex: MRCExample, pool: dict[str, list[str]], rng,
     one) occurs nowhere in the passage, the title or the question. Why: the checklist's unanswerable
     questions change one entity of a question the passage would answer, and a reader trained only on
     other passages as negatives keeps answering them (P 0.99 for the example above). None when the question
-    has no such topic or no replacement is found."""
+    has no such topic or no replacement is found.
+
+    hard: the new name is drawn among those written mostly (at least half their characters) with the
+    passage's own characters, as 北京大学 is against a passage on 清华大学 that says 位于北京: a reader that
+    matches the question's characters one by one finds them all and answers. Names that share their first
+    two characters with the topic (北京 / 北京市) are left out, since they often name the same thing. When no
+    name qualifies, the draw is the plain one."""
     if ex.is_impossible or not ex.answers:
         return None
     topics = [(w, k) for w, k in question_names(ex.question)
@@ -257,9 +268,16 @@ def entity_swapped_negative(ex: MRCExample, pool: dict[str, list[str]], rng,
         return None
     word, kind = max(topics, key=lambda t: len(t[0]))
     names = pool.get(kind, [])
+    seen = ex.context + (ex.title or "") + ex.question
+    if hard:
+        close = [n for n in names if n not in seen and word not in n and n not in word and n[:2] != word[:2]
+                 and _char_share(n, ex.context) >= 0.5]
+        if close:
+            new = close[rng.randrange(len(close))]
+            return dataclasses.replace(ex, qid=f"{ex.qid}:ent", question=ex.question.replace(word, new),
+                                       answers=[], is_impossible=True)
     same_len = [n for n in names if len(n) == len(word)]
     cands = same_len if len(same_len) > 1 else names
-    seen = ex.context + (ex.title or "") + ex.question
     for _ in range(min(tries, len(cands))):
         new = cands[rng.randrange(len(cands))]
         if new in seen or word in new or new in word:
