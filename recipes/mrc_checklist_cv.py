@@ -40,7 +40,8 @@ import torch  # noqa: E402
 from bertfam.data.dureader2 import read_dureader2  # noqa: E402
 from bertfam.data.mrc import read_mrc  # noqa: E402
 from bertfam.data.mrc_negatives import (answer_sentence_example, copula_swapped_example,  # noqa: E402
-                                        definition_question_examples, similar_passage_negatives)
+                                        definition_question_examples, entity_swapped_negative, name_pool,
+                                        similar_passage_negatives)
 from bertfam.tasks.mrc import (MRCPredictor, RawScores, decode, load_span_model, save_thresholds,  # noqa: E402
                                train_mrc)
 from bertfam.tasks.mrc.crossval import (FitExtra, assign_folds, bootstrap_interval, breakdown, fold_sizes,  # noqa: E402
@@ -73,6 +74,10 @@ def extra_examples(spec: str, seed: int, flag: str = "--extra") -> list:
     rewritten as the one sentence "ANSWER是X。" (`copula_swapped_example`), negatives drawn from those.
     NAME-swap2: the same questions twice, as that sentence and rewritten in place inside their passage (the
     answer opening its clause within a longer text), negatives drawn from both.
+    NAME-ent: N answerable questions, each with its entity-swapped twin as its negative instead of a similar
+    passage (the question's topic name replaced by another name of its kind from the set's questions, one
+    written mostly with the passage's own characters where there is one: `entity_swapped_negative`,
+    hard=True): the checklist's "same passage, another entity" question.
     NAME-def: up to N questions made from the defining sentences of the set's passages ("X，简称…，是Y的Z" ->
     "Y的Z是什么？" answered by X, `definition_question_examples`; one per passage) in their whole passage,
     negatives drawn from those passages, never one that states the question's predicate (it would answer).
@@ -88,9 +93,9 @@ def extra_examples(spec: str, seed: int, flag: str = "--extra") -> list:
             out += dureader2_examples(int(n or 400), rng)
             continue
         base, _, kind = name.partition("-")
-        if base not in EXTRA or kind not in ("", "sent", "swap", "swap2", "def"):
+        if base not in EXTRA or kind not in ("", "sent", "swap", "swap2", "def", "ent"):
             print(f"{flag}: {name!r} not in {', '.join(EXTRA)}, dureader2 (or NAME-sent, NAME-swap, NAME-swap2, "
-                  "NAME-def)",
+                  "NAME-def, NAME-ent)",
                   file=sys.stderr)
             raise SystemExit(2)
         exs, rep = read_mrc(EXTRA[base][0], source=EXTRA[base][1])
@@ -101,6 +106,12 @@ def extra_examples(spec: str, seed: int, flag: str = "--extra") -> list:
         elif kind == "def":
             seen: set = set()
             free = [e for e in free if not (e.context in seen or seen.add(e.context)) and definition_question_examples(e)]
+        if kind == "ent":
+            pos, negs = entity_twins(free, int(n or 400), rng)
+            used.update((base, e.qid) for e in pos)
+            print(f"--extra {name}: {len(pos)} answerable + their entity-swapped twins", file=sys.stderr)
+            out += pos + negs
+            continue
         pos = rng.sample(free, min(int(n or 400), len(free)))
         used.update((base, e.qid) for e in pos)
         if kind == "sent":
@@ -118,6 +129,20 @@ def extra_examples(spec: str, seed: int, flag: str = "--extra") -> list:
             negs = [x for x in negs if x.question.rsplit("是", 1)[0] not in x.context]
         out += pos + negs
     return out
+
+
+def entity_twins(free: list, n: int, rng: random.Random) -> tuple[list, list]:
+    """Up to n of `free` (in rng's order) that have an entity-swapped twin, and the twins (hard draws)."""
+    pool = name_pool(free)
+    pos, negs = [], []
+    for e in rng.sample(free, len(free)):
+        if len(pos) == n:
+            break
+        twin = entity_swapped_negative(e, pool, rng, hard=True)
+        if twin is not None:
+            pos.append(e)
+            negs.append(twin)
+    return pos, negs
 
 
 def fit_extra_examples(spec: str, extra_spec: str, seed: int) -> list:

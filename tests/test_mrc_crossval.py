@@ -456,6 +456,38 @@ def test_the_recipes_extra_sets_swap_and_definition_questions(tmp_path, monkeypa
     assert e.value.code == 2 and "'toy-defs' not in" in capsys.readouterr().err
 
 
+def test_the_recipes_extra_entity_twins(tmp_path, monkeypatch):
+    """recipes/mrc_checklist_cv.py --extra NAME-ent:N (also a --fused-extra kind): N answerable questions that
+    have an entity-swapped twin, each with that twin (same passage, another university named in the question,
+    unanswerable) as its negative; questions without a name in their passage are not taken."""
+    import os
+    import sys
+
+    from bertfam.data.mrc import write_squad
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes"))
+    import mrc_checklist_cv as cv
+
+    unis = ["北京大学", "清华大学", "复旦大学", "中山大学"]
+    exs = []
+    for i, u in enumerate(unis):
+        ctx = f"{u}创建于{1890 + i}年。"
+        exs.append(MRCExample(f"u{i}", f"{u}创建于哪一年？", ctx, answers=[MRCAnswer(f"{1890 + i}年", ctx.index("1"))]))
+    exs.append(MRCExample("x", "它创建于哪一年？", "它创建于1900年。", answers=[MRCAnswer("1900年", 4)]))
+    path = tmp_path / "set.json"
+    write_squad(exs, str(path))
+    monkeypatch.setitem(cv.EXTRA, "toy", (str(path), "toy"))
+    out = cv.extra_examples("toy-ent:3", seed=0)
+    pos = [x for x in out if not x.is_impossible]
+    twins = {x.qid: x for x in out if x.is_impossible}
+    assert len(pos) == 3 and len(twins) == 3 and "x" not in {x.qid for x in pos}
+    for p in pos:
+        t = twins[p.qid + ":ent"]
+        assert t.context == p.context and not t.answers and t.question != p.question
+        assert t.question[:4] in unis and t.question[:4] not in p.context
+    assert len(cv.extra_examples("toy-ent:9", seed=0)) == 8  # the four that have a twin
+
+
 def test_the_recipes_dureader2_extra_brings_same_search_negatives(monkeypatch, capsys):
     """--extra dureader2:N: N answerable DuReader 2.0 questions (answer paragraph, the page's title) and the
     unselected paragraphs of exactly those searches as their negatives (fixture: a cut of the search demo)."""
