@@ -445,8 +445,8 @@ def main() -> int:
                     help="each trained model's weights become A x --base's + (1 - A) x its own (WiSE-FT weight "
                          "interpolation; 0: the fine-tuned model as trained), before it predicts and is saved")
     ap.add_argument("--repeat", type=int, default=2, help="copies of the training folds' questions")
-    ap.add_argument("--extra", default="robust:400", help="extra data, name[-KIND]:N,... (robust, cmrc, drcd, trial; KIND sent, swap, swap2"
-                         " or def; or dureader2:N: see extra_examples; '' none)")
+    ap.add_argument("--extra", default="robust:400", help="extra data, name[-KIND]:N,... (robust, cmrc, drcd, trial; KIND sent, swap, swap2,"
+                         " def or ent; or dureader2:N: see extra_examples; '' none)")
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--doc-stride", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
