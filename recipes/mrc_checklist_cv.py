@@ -376,7 +376,10 @@ def report(exs, folds, cands, rules, label: str, features=None, fit_extra=None) 
     print(f"   out-of-fold AUC of the P(answerable) each fold's rule used: {auc}")
     return {"label": label, "applied_auc": auc, "oof_f1": table["all"]["F1"], "oof_em": table["all"]["EM"], "ci95": [lo, hi],
             "gain_ci95": [glo, ghi], "table": table, "pooled": p, "folds": {str(k): v for k, v in res["choices"].items()},
-            "mean_answer_chars": round(sum(lens) / max(1, len(lens)), 1)}
+            "mean_answer_chars": round(sum(lens) / max(1, len(lens)), 1),
+            # per question, for paired comparisons of two runs on the same folds (recipes/mrc_paired_compare.py)
+            "questions": [{"qid": e.qid, "f1": round(float(f), 4), "answer": a}
+                          for e, f, a in zip(exs, res["f1"], res["answers"])]}
 
 
 def uses_verifier(choice: dict) -> bool:

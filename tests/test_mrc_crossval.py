@@ -409,6 +409,12 @@ def test_the_verifier_cross_validation_recipe_feeds_the_reader_recipe(tmp_path):
     labels = [x["label"] for x in res["reports"]]
     assert "reader + verifier rules" in labels and "fused signals without the verifier" in labels
     assert all(x["applied_auc"] is not None for x in res["reports"])
+    # per-question records, for paired comparisons: a run against itself gains nothing on any question
+    assert all(len(x["questions"]) == 8 and {q["qid"] for q in x["questions"]} == set(json.load(open(cv / "folds.json")))
+               for x in res["reports"])
+    r = subprocess.run([sys.executable, os.path.join(root, "recipes", "mrc_paired_compare.py"), str(cv / "cv.json"),
+                        str(cv / "cv.json")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "B - A +0.0 [paired 95% +0.0, +0.0]" in r.stdout and "the same on 8" in r.stdout
     raws = json.load(open(cv / "fold0.raw.json"))
     folds = json.load(open(cv / "folds.json"))
     held = [i for i, f in enumerate(folds.values()) if f == 0]
@@ -510,3 +516,42 @@ def test_the_recipes_dureader2_extra_brings_same_search_negatives(monkeypatch, c
     assert sum(not x.is_impossible for x in one) == 1 and len(searches) == 1  # its own search's negatives only
     assert {x.qid for x in one if x.is_impossible} == {x.qid for x in negs if x.qid.split(":")[0] in searches}
     assert "same-search negatives" in capsys.readouterr().err
+
+
+def test_paired_compare_of_two_runs(tmp_path):
+    """recipes/mrc_paired_compare.py: the gain of B over A on the same questions with a paired bootstrap
+    interval; different questions, a report without per-question records, a file that is not JSON or an
+    unknown report: one line, exit 2."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = os.path.join(root, "recipes", "mrc_paired_compare.py")
+
+    def run_file(name, f1s, qids=None, label="fused signals"):
+        qs = [{"qid": q, "f1": f, "answer": "x"} for q, f in zip(qids or [f"q{i}" for i in range(len(f1s))], f1s)]
+        path = tmp_path / name
+        path.write_text(json.dumps({"best": label, "reports": [{"label": "reader", "questions": qs[::-1]},
+                                                                {"label": label, "questions": qs}]}))
+        return str(path)
+
+    a = run_file("a.json", [0.0, 1.0, 0.5, 0.0] * 25)
+    b = run_file("b.json", [1.0, 1.0, 0.5, 0.0] * 25)  # B right on 25 more questions: +25 F1
+    r = subprocess.run([sys.executable, script, a, b], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "100 questions: F1 A 37.5, B 62.5; B - A +25.0" in r.stdout
+    assert "B higher on 25, lower on 0, the same on 75" in r.stdout
+    lo, hi = map(float, r.stdout.split("[paired 95% ")[1].split("]")[0].split(", "))
+    assert 15 < lo < 25 < hi < 35
+    bad = [([a, run_file("c.json", [1.0] * 100, [f"z{i}" for i in range(100)])], "score different questions"),
+           ([a, a, "--report", "verifier"], "no report whose label starts with 'verifier'")]
+    (tmp_path / "old.json").write_text(json.dumps({"best": "fused", "reports": [{"label": "fused"}]}))
+    (tmp_path / "bad.json").write_text("{")
+    bad += [([a, str(tmp_path / "old.json")], "has no per-question records"),
+            ([str(tmp_path / "bad.json"), a], "cannot read a cv.json")]
+    for args, message in bad:
+        r = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1
