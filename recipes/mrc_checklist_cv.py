@@ -169,7 +169,7 @@ def fit_extra_raws(args, fit_exs: list, penalties, f: int) -> dict:
                 and not set(setting_names(penalties)) - set(kept["raws"]):
             return {k: [RawScores.from_dict(r, path) for r in v] for k, v in kept["raws"].items()}
     model = trained_fold_model(args, f)
-    cands = raw_candidates(model, fit_exs, [None] * len(fit_exs), penalties)
+    cands = raw_candidates(model, fit_exs, [None] * len(fit_exs), penalties, reads_title(args))
     atomic_write_text(path, json.dumps({"spec": args.fused_extra, "qids": [e.qid for e in fit_exs],
                                         "raws": {k: [r.to_dict() for r in v] for k, v in cands.items()}}))
     return cands
@@ -205,6 +205,11 @@ def fold_training_set(exs, folds, held: int | None, repeat: int, extra: list) ->
     return train
 
 
+def reads_title(args) -> bool:
+    """Whether the reader's input holds the title (--reader-title)."""
+    return args.reader_title == "kept"
+
+
 def train_one(args, train_exs, out_dir: str):
     model = load_span_model(args.base, seed=args.seed)
     tc = TrainConfig(max_steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_ratio=0.1,
@@ -212,8 +217,10 @@ def train_one(args, train_exs, out_dir: str):
                      precision=args.precision, save_final=True, group_by_length=True)
     t0 = time.time()
     summary = train_mrc(model, train_exs, out_dir, tune=False, train=tc, max_length=args.max_length,
-                        doc_stride=args.doc_stride, info={"recipe": "recipes/mrc_checklist_cv.py", "data": os.path.basename(args.data),
-                              "repeat": args.repeat, "extra": args.extra, "base_weight": args.base_weight})
+                        doc_stride=args.doc_stride, use_title=reads_title(args),
+                        info={"recipe": "recipes/mrc_checklist_cv.py", "data": os.path.basename(args.data),
+                              "repeat": args.repeat, "extra": args.extra, "base_weight": args.base_weight,
+                              "reader_title": args.reader_title})
     print(f"  trained {summary.get('steps')} steps in {time.time() - t0:.0f} s "
           f"(final loss {summary.get('train_loss', summary.get('loss'))})", file=sys.stderr)
     if args.base_weight > 0:  # WiSE-FT: the fine-tuned weights mixed back with --base's, saved in their place
@@ -273,9 +280,11 @@ def parse_setting(name: str) -> tuple[str, int, float, str]:
     return ext, int(length), q, "expected_f1" if "ef1" in rest else "score"
 
 
-def raw_candidates(model, exs, relevance, penalties) -> dict:
-    """{"none/32": [RawScores per example], ...}: one forward pass, every decoding setting."""
+def raw_candidates(model, exs, relevance, penalties, use_title: bool = True) -> dict:
+    """{"none/32": [RawScores per example], ...}: one forward pass, every decoding setting. use_title=False:
+    the reader reads the passage without its title (the fused model's title features still see it)."""
     pred = MRCPredictor(model, verifier=False)  # a list of models: their logits averaged
+    pred.settings = dataclasses.replace(pred.settings, use_title=use_title)
     ws = pred.window_scores(items_of(exs))
     out = {}
     for name in setting_names(penalties):
@@ -463,6 +472,11 @@ def main() -> int:
     ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)),
                     help="maximum answer lengths (tokens) tried as decoding settings (comma list of "
                          + ", ".join(map(str, LENGTHS)) + ")")
+    ap.add_argument("--reader-title", choices=("kept", "dropped"), default="kept",
+                    help="the reader's input: [CLS] question [SEP] title + passage (kept) or without the title "
+                         "(dropped; fold models trained, and the fold questions predicted, so); the fused "
+                         "answerability model's title features see the title either way. The run's kept fold "
+                         "predictions were made one way: use a new --out to compare")
     ap.add_argument("--span-choices", default="score",
                     help="span choices tried as decoding settings (comma list of " + ", ".join(SPAN_CHOICES)
                          + "; expected_f1: the n-best's consensus span, settings named .../ef1)")
@@ -516,7 +530,8 @@ def main() -> int:
                                   os.path.join(args.out, f"fold{f}"))
             else:  # predictions kept from a run with fewer settings: the fold's model scores them again
                 model = trained_fold_model(args, f)
-            save_candidates(path, raw_candidates(model, [exs[i] for i in idx], [rel[i] for i in idx], penalties))
+            save_candidates(path, raw_candidates(model, [exs[i] for i in idx], [rel[i] for i in idx], penalties,
+                                                 reads_title(args)))
             del model
         pieces[f] = {k: v for k, v in load_candidates(path, [rel[i] for i in idx]).items()  # this run's verifier scores
                      if k in searched}
@@ -557,7 +572,8 @@ def main() -> int:
             model = from_pretrained(final_dir)
         p = best["pooled"]
         ext, length, q, choice = parse_setting(p["setting"])
-        tuned = dict(p, max_answer_length=length, answer_extension=ext, question_overlap_penalty=q, span_choice=choice)
+        tuned = dict(p, max_answer_length=length, answer_extension=ext, question_overlap_penalty=q, span_choice=choice,
+                     use_title=reads_title(args))
         if p["rule"] not in ("verifier", "all") and not uses_verifier(p):
             tuned["verifier"] = None  # the shipped rule does without one
         elif model.config.head.mrc_settings.verifier is None:  # it needs one: the e5 cosine `mrc build-verifier` builds

@@ -555,3 +555,27 @@ def test_paired_compare_of_two_runs(tmp_path):
         r = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_recipes_reader_title_dropped_reaches_training_prediction_and_the_final_config(tmp_path):
+    """--reader-title dropped: the fold models train and predict on [CLS] question [SEP] passage (their saved
+    settings say so, and their fold predictions differ from the run that reads titles), and the final model's
+    config keeps it, so the shipped predictor reads what the choice was made on."""
+    import subprocess
+
+    import bertfam
+
+    out, cmd = _recipe_command(tmp_path)
+    cmd = cmd + ["--extensions", "none", "--lengths", "16", "--overlap-penalties", "0"]
+    kept = subprocess.run(cmd + ["--only-folds", "0"], capture_output=True, text=True, timeout=300)
+    assert kept.returncode == 0, kept.stderr[-2000:]
+    dropped_out = tmp_path / "cv-dropped"
+    dropped = subprocess.run([x if x != str(out) else str(dropped_out) for x in cmd] + ["--reader-title", "dropped",
+                             "--final"], capture_output=True, text=True, timeout=300)
+    assert dropped.returncode == 0, dropped.stderr[-2000:]
+    assert bertfam.from_pretrained(str(out / "fold0")).config.head.mrc.use_title is True
+    assert bertfam.from_pretrained(str(dropped_out / "fold0")).config.head.mrc.use_title is False
+    assert bertfam.from_pretrained(str(dropped_out / "final")).config.head.mrc.use_title is False
+    assert (dropped_out / "fold0.raw.json").read_text() != (out / "fold0.raw.json").read_text()
+    bad = subprocess.run(cmd + ["--reader-title", "none"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--reader-title" in bad.stderr.strip().splitlines()[-1]
