@@ -197,12 +197,19 @@ def checklist_folds(args) -> tuple[list, list[int]]:
     return exs, folds
 
 
-def fold_training_set(exs, folds, held: int | None, repeat: int, extra: list) -> list:
-    """The other folds' questions (x repeat, each copy its own id) + the extra data."""
+def fold_training_set(exs, folds, held: int | None, repeat: int, extra: list, untitled: int = 0) -> list:
+    """The other folds' questions (x repeat, each copy its own id; the first `untitled` copies without their
+    title) + the extra data."""
     own = [e for e, f in zip(exs, folds) if f != held]
-    train = [dataclasses.replace(e, qid=f"{e.qid}#{k}") for k in range(repeat) for e in own] + extra
+    train = [dataclasses.replace(e, qid=f"{e.qid}#{k}", title="" if k < untitled else e.title)
+             for k in range(repeat) for e in own] + extra
     random.Random(len(train)).shuffle(train)
     return train
+
+
+def training_set(args, exs, folds, held: int | None, extra: list) -> list:
+    """fold_training_set with the command line's --repeat and --untitled-copies."""
+    return fold_training_set(exs, folds, held, args.repeat, extra, args.untitled_copies)
 
 
 def reads_title(args) -> bool:
@@ -219,7 +226,8 @@ def train_one(args, train_exs, out_dir: str):
     summary = train_mrc(model, train_exs, out_dir, tune=False, train=tc, max_length=args.max_length,
                         doc_stride=args.doc_stride, use_title=reads_title(args),
                         info={"recipe": "recipes/mrc_checklist_cv.py", "data": os.path.basename(args.data),
-                              "repeat": args.repeat, "extra": args.extra, "base_weight": args.base_weight,
+                              "repeat": args.repeat, "untitled_copies": args.untitled_copies, "extra": args.extra,
+                              "base_weight": args.base_weight,
                               "reader_title": args.reader_title})
     print(f"  trained {summary.get('steps')} steps in {time.time() - t0:.0f} s "
           f"(final loss {summary.get('train_loss', summary.get('loss'))})", file=sys.stderr)
@@ -457,6 +465,9 @@ def main() -> int:
                     help="each trained model's weights become A x --base's + (1 - A) x its own (WiSE-FT weight "
                          "interpolation; 0: the fine-tuned model as trained), before it predicts and is saved")
     ap.add_argument("--repeat", type=int, default=2, help="copies of the training folds' questions")
+    ap.add_argument("--untitled-copies", type=int, default=0,
+                    help="how many of the --repeat copies read without their title (the reader then also learns "
+                         "the title-less passages that the API and the web page send); 0: none")
     ap.add_argument("--extra", default="robust:400", help="extra data, name[-KIND]:N,... (robust, cmrc, drcd, trial; KIND sent, swap, swap2,"
                          " def or ent; or dureader2:N: see extra_examples; '' none)")
     ap.add_argument("--max-length", type=int, default=256)
@@ -497,6 +508,9 @@ def main() -> int:
                          "shipped one, or with --members the int8 copy of a run's final model); only the "
                          "out-of-fold choice is written into its config")
     args, exs, folds = start(ap)
+    if not 0 <= args.untitled_copies <= args.repeat:
+        print(f"--untitled-copies: {args.untitled_copies} is not in [0, --repeat {args.repeat}]", file=sys.stderr)
+        return 2
     if not 0.0 <= args.base_weight <= 1.0:
         print(f"--base-weight: {args.base_weight:g} is not in [0, 1]", file=sys.stderr)
         return 2
@@ -518,7 +532,7 @@ def main() -> int:
     if final_too and not (args.no_train or args.members):  # the final model now; --final later only loads it
         final_dir = os.path.join(args.out, "final")
         if not os.path.isfile(os.path.join(final_dir, "model.safetensors")):
-            train_one(args, fold_training_set(exs, folds, None, args.repeat, extra), final_dir)
+            train_one(args, training_set(args, exs, folds, None, extra), final_dir)
     for f in sorted(only):
         path = os.path.join(args.out, f"fold{f}.raw.json")
         idx = [i for i, g in enumerate(folds) if g == f]
@@ -526,7 +540,7 @@ def main() -> int:
         if kept is None or set(setting_names(penalties)) - set(kept):  # new, or new decoding settings
             print(f"fold {f}: {len(idx)} questions held out", file=sys.stderr)
             if kept is None and not (args.no_train or args.members):
-                model = train_one(args, fold_training_set(exs, folds, f, args.repeat, extra),
+                model = train_one(args, training_set(args, exs, folds, f, extra),
                                   os.path.join(args.out, f"fold{f}"))
             else:  # predictions kept from a run with fewer settings: the fold's model scores them again
                 model = trained_fold_model(args, f)
@@ -565,7 +579,7 @@ def main() -> int:
     if args.final and not args.no_train:
         final_dir = args.final_model or os.path.join(args.out, "final")
         if not os.path.isfile(os.path.join(final_dir, "model.safetensors")):
-            model = train_one(args, fold_training_set(exs, folds, None, args.repeat, extra), final_dir)
+            model = train_one(args, training_set(args, exs, folds, None, extra), final_dir)
         else:
             from bertfam.checkpoint import from_pretrained
 

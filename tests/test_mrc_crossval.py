@@ -579,3 +579,28 @@ def test_the_recipes_reader_title_dropped_reaches_training_prediction_and_the_fi
     assert (dropped_out / "fold0.raw.json").read_text() != (out / "fold0.raw.json").read_text()
     bad = subprocess.run(cmd + ["--reader-title", "none"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--reader-title" in bad.stderr.strip().splitlines()[-1]
+
+
+def test_untitled_copies_drop_the_title_of_the_first_copies_only(tmp_path):
+    """fold_training_set(..., untitled=1) with repeat 2: every training question once with its title and once
+    without (the held-out fold absent, extras untouched); --untitled-copies above --repeat: one line, exit 2."""
+    import os
+    import subprocess
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes"))
+    import mrc_checklist_cv as cv
+
+    exs = [MRCExample(f"q{i}", f"问题{i}", f"段落{i}。", title=f"标题{i}") for i in range(6)]
+    extra = [MRCExample("x", "外加", "外加段落。", title="外加标题")]
+    train = cv.fold_training_set(exs, [0, 0, 1, 1, 2, 2], 1, 2, extra, untitled=1)
+    ids = sorted(e.qid for e in train)
+    assert ids == sorted([f"q{i}#{k}" for i in (0, 1, 4, 5) for k in (0, 1)] + ["x"])
+    by_id = {e.qid: e for e in train}
+    for i in (0, 1, 4, 5):
+        assert by_id[f"q{i}#0"].title == "" and by_id[f"q{i}#1"].title == f"标题{i}"
+    assert by_id["x"].title == "外加标题"
+    assert all(e.title for e in cv.fold_training_set(exs, [0, 0, 1, 1, 2, 2], 1, 2, extra))
+    _, cmd = _recipe_command(tmp_path)
+    bad = subprocess.run(cmd + ["--untitled-copies", "3"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == "--untitled-copies: 3 is not in [0, --repeat 2]"
