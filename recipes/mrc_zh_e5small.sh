@@ -11,7 +11,8 @@
 #      scratch on the encoder, 1,300 steps, batch 16, lr 1e-4, bf16 autocast, attention dropout 0 (62 min on a
 #      2-core AMD EPYC Zen 4);
 #   3. 5-fold cross-validation on the 567 real DuReader-checklist dev questions of ../shared (folds split by
-#      passage, question and title): per fold the stage-2 reader fine-tuned on the other 4 folds (x2) + 400
+#      passage, question and title): per fold the stage-2 reader fine-tuned on the other 4 folds (x2: once
+#      with the title before the passage, once without it, --untitled-copies 1) + 400
 #      DuReader-robust and 400 CMRC2018 questions and all their copula-swapped ones (43 + 120), one
 #      similar-passage negative each (200 steps), its weights then mixed 0.7 x stage 2's + 0.3 x its own
 #      (WiSE-FT, --base-weight 0.7); then one model on all 5 folds the same way (about 35-60 min);
@@ -50,7 +51,7 @@ fi
 
 # 3. cross-validation on the real checklist questions (float), then the final model
 $PY recipes/mrc_checklist_cv.py --out $R/cv --base $R/general --steps 200 --lr 5e-5 --precision bf16 \
-  --extra robust-swap:800,cmrc-swap:800,robust:400,cmrc:400 --base-weight 0.7 $SEARCH --final
+  --extra robust-swap:800,cmrc-swap:800,robust:400,cmrc:400 --base-weight 0.7 --untitled-copies 1 $SEARCH --final
 
 # 4. int8 weights: the same folds scored by their rounded models; the choice made on them goes into the final one
 for d in fold0 fold1 fold2 fold3 fold4 final; do

@@ -36,9 +36,9 @@ def test_the_shipped_model_has_the_new_layout_and_its_values():
     # the fused model chosen does without the verifier, so the model names none
     mrc = cfg.head.mrc
     assert (mrc.max_length, mrc.doc_stride, mrc.max_answer_length, mrc.use_title, mrc.answer_extension) == \
-        (256, 128, 24, True, "none")
+        (256, 128, 32, True, "none")
     assert (mrc.null_threshold, mrc.answerable_threshold, mrc.verifier, mrc.verifier_threshold,
-            mrc.question_overlap_penalty) == (-1e9, 0.8, None, -1.0, 2.0)
+            mrc.question_overlap_penalty) == (-1e9, 0.75, None, -1.0, 5.0)
     from bertfam.tasks.mrc.answerability import FEATURES
 
     assert mrc.answerability.features == list(FEATURES)
@@ -48,12 +48,14 @@ def test_the_shipped_model_has_the_new_layout_and_its_values():
     assert all(coef[n] >= 0.0 for n in ("null_diff", "reader_logit", "top_prob", "relevance"))
     assert cfg.head.side_directories() == []
     info = read_training_info(SHIPPED)
-    assert info["tuned_dev_f1"] == 59.324 and "demo_seen_qids" not in info and cfg.head.info == info
+    assert info["tuned_dev_f1"] == 59.432 and "demo_seen_qids" not in info and cfg.head.info == info
     cv = info["cross_validation"]
-    assert (cv["questions"], cv["folds"], cv["oof_f1"], cv["baseline_f1"]) == (567, 5, 58.7, 52.6)
+    assert (cv["questions"], cv["folds"], cv["oof_f1"], cv["baseline_f1"]) == (567, 5, 59.1, 52.6)
     assert cv["label"] == "fused signals (logistic regression) + 599 --fused-extra questions in its fit"
     # each fold model's weights are 0.7 x the general stage's + 0.3 x fine-tuned (--base-weight 0.7)
     assert info["runs"][-1]["base_weight"] == 0.7
+    # each checklist question read once with its title and once without (--untitled-copies 1)
+    assert (info["runs"][-1]["repeat"], info["runs"][-1]["untitled_copies"]) == (2, 1)
 
 
 # ------------------------------------------------------------------ one default each
