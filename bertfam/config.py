@@ -151,6 +151,9 @@ class MRCSettings(TypedSettings):
     max_answer_length: int = 64  # longest answer span, tokens
     n_best: int = 20  # candidate spans kept per question
     use_title: bool = True  # the title goes before the passage
+    # with use_title and a title: the passage read twice, with and without its title, start/end logits and
+    # P(answerable) averaged token by token (predictor.average_reads): two views of one model, an ensemble
+    title_ensemble: bool = False
     null_threshold: float = 0.0
     answerable_threshold: float = 0.5
     answer_extension: str = "none"  # widen spans to their clause / sentence, or trim: cut at a sentence end (decoding.extend_span)

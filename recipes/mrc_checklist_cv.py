@@ -169,7 +169,8 @@ def fit_extra_raws(args, fit_exs: list, penalties, f: int) -> dict:
                 and not set(setting_names(penalties)) - set(kept["raws"]):
             return {k: [RawScores.from_dict(r, path) for r in v] for k, v in kept["raws"].items()}
     model = trained_fold_model(args, f)
-    cands = raw_candidates(model, fit_exs, [None] * len(fit_exs), penalties, reads_title(args))
+    cands = raw_candidates(model, fit_exs, [None] * len(fit_exs), penalties, reads_title(args),
+                           reads_twice(args))
     atomic_write_text(path, json.dumps({"spec": args.fused_extra, "qids": [e.qid for e in fit_exs],
                                         "raws": {k: [r.to_dict() for r in v] for k, v in cands.items()}}))
     return cands
@@ -213,8 +214,13 @@ def training_set(args, exs, folds, held: int | None, extra: list) -> list:
 
 
 def reads_title(args) -> bool:
-    """Whether the reader's input holds the title (--reader-title)."""
-    return args.reader_title == "kept"
+    """Whether the reader's input holds the title (--reader-title kept or both: trained with it)."""
+    return args.reader_title != "dropped"
+
+
+def reads_twice(args) -> bool:
+    """Whether each titled question is predicted with and without its title, logits averaged (--reader-title both)."""
+    return args.reader_title == "both"
 
 
 def train_one(args, train_exs, out_dir: str):
@@ -288,11 +294,12 @@ def parse_setting(name: str) -> tuple[str, int, float, str]:
     return ext, int(length), q, "expected_f1" if "ef1" in rest else "score"
 
 
-def raw_candidates(model, exs, relevance, penalties, use_title: bool = True) -> dict:
+def raw_candidates(model, exs, relevance, penalties, use_title: bool = True, title_ensemble: bool = False) -> dict:
     """{"none/32": [RawScores per example], ...}: one forward pass, every decoding setting. use_title=False:
-    the reader reads the passage without its title (the fused model's title features still see it)."""
+    the reader reads the passage without its title (the fused model's title features still see it);
+    title_ensemble: with and without it, logits averaged (MRCSettings.title_ensemble)."""
     pred = MRCPredictor(model, verifier=False)  # a list of models: their logits averaged
-    pred.settings = dataclasses.replace(pred.settings, use_title=use_title)
+    pred.settings = dataclasses.replace(pred.settings, use_title=use_title, title_ensemble=title_ensemble)
     ws = pred.window_scores(items_of(exs))
     out = {}
     for name in setting_names(penalties):
@@ -483,9 +490,11 @@ def main() -> int:
     ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)),
                     help="maximum answer lengths (tokens) tried as decoding settings (comma list of "
                          + ", ".join(map(str, LENGTHS)) + ")")
-    ap.add_argument("--reader-title", choices=("kept", "dropped"), default="kept",
+    ap.add_argument("--reader-title", choices=("kept", "dropped", "both"), default="kept",
                     help="the reader's input: [CLS] question [SEP] title + passage (kept) or without the title "
-                         "(dropped; fold models trained, and the fold questions predicted, so); the fused "
+                         "(dropped; fold models trained, and the fold questions predicted, so), or both: trained "
+                         "as kept, each titled question predicted with and without its title, logits averaged "
+                         "(MRCSettings.title_ensemble, written into the final config); the fused "
                          "answerability model's title features see the title either way. The run's kept fold "
                          "predictions were made one way: use a new --out to compare")
     ap.add_argument("--span-choices", default="score",
@@ -545,7 +554,7 @@ def main() -> int:
             else:  # predictions kept from a run with fewer settings: the fold's model scores them again
                 model = trained_fold_model(args, f)
             save_candidates(path, raw_candidates(model, [exs[i] for i in idx], [rel[i] for i in idx], penalties,
-                                                 reads_title(args)))
+                                                 reads_title(args), reads_twice(args)))
             del model
         pieces[f] = {k: v for k, v in load_candidates(path, [rel[i] for i in idx]).items()  # this run's verifier scores
                      if k in searched}
@@ -587,7 +596,7 @@ def main() -> int:
         p = best["pooled"]
         ext, length, q, choice = parse_setting(p["setting"])
         tuned = dict(p, max_answer_length=length, answer_extension=ext, question_overlap_penalty=q, span_choice=choice,
-                     use_title=reads_title(args))
+                     use_title=reads_title(args), title_ensemble=reads_twice(args))
         if p["rule"] not in ("verifier", "all") and not uses_verifier(p):
             tuned["verifier"] = None  # the shipped rule does without one
         elif model.config.head.mrc_settings.verifier is None:  # it needs one: the e5 cosine `mrc build-verifier` builds

@@ -581,6 +581,31 @@ def test_the_recipes_reader_title_dropped_reaches_training_prediction_and_the_fi
     assert bad.returncode == 2 and "--reader-title" in bad.stderr.strip().splitlines()[-1]
 
 
+def test_the_recipes_reader_title_both_predicts_each_titled_question_twice_and_says_so_in_the_final_config(tmp_path):
+    """--reader-title both over a run's fold models (--members): the fold questions predicted with and without
+    their titles (the fold predictions differ from the run's own), and the final model's config asks for both
+    reads (title_ensemble), the title still read (use_title)."""
+    import shutil
+    import subprocess
+
+    import bertfam
+
+    out, cmd = _recipe_command(tmp_path)
+    cmd = cmd + ["--extensions", "none", "--lengths", "16", "--overlap-penalties", "0"]
+    kept = subprocess.run(cmd + ["--final"], capture_output=True, text=True, timeout=300)
+    assert kept.returncode == 0, kept.stderr[-2000:]
+    assert bertfam.from_pretrained(str(out / "final")).config.head.mrc.title_ensemble is False
+    both_out, final = tmp_path / "cv-both", tmp_path / "final-both"
+    shutil.copytree(out / "final", final)
+    both = subprocess.run([x if x != str(out) else str(both_out) for x in cmd]
+                          + ["--members", str(out), "--reader-title", "both", "--final", "--final-model", str(final)],
+                          capture_output=True, text=True, timeout=300)
+    assert both.returncode == 0, both.stderr[-2000:]
+    assert (both_out / "fold0.raw.json").read_text() != (out / "fold0.raw.json").read_text()
+    mrc = bertfam.from_pretrained(str(final)).config.head.mrc
+    assert (mrc.use_title, mrc.title_ensemble) == (True, True)
+
+
 def test_untitled_copies_drop_the_title_of_the_first_copies_only(tmp_path):
     """fold_training_set(..., untitled=1) with repeat 2: every training question once with its title and once
     without (the held-out fold absent, extras untouched); --untitled-copies above --repeat: one line, exit 2."""

@@ -485,3 +485,51 @@ def test_a_bad_setting_is_one_config_error_line(tok):
         MRCPredictor(m, bad)
     with pytest.raises(DataError, match="^kept.json: not MRC raw scores"):
         RawScores.from_dict({"nbest": []}, "kept.json")
+
+
+# ------------------------------------------------------------------ reading with and without the title
+def test_average_reads_averages_each_passage_token_with_its_titled_twin():
+    from bertfam.tasks.mrc.predictor import average_reads
+
+    titled = _win([None, None, None, (0, 1), (1, 2), None])  # [CLS] question [SEP] title passage... [SEP]
+    plain = _win([None, None, (0, 1), (1, 2), (2, 3), None])  # (2, 3): a token the titled read never held
+    ts, te = np.array([2.0, 0, 0, 4.0, 0, -9]), np.array([1.0, 0, 0, 0, 6.0, -9])
+    ps, pe = np.array([0.0, 0, 2.0, 0, 3.0, -9]), np.array([3.0, 0, 0, 2.0, 1.0, -9])
+    (w, s, e, p), = average_reads([(titled, ts, te, 0.9)], [(plain, ps, pe, 0.5)])
+    assert w is plain and p == pytest.approx(0.7)
+    assert s.tolist() == [1.0, 0, 3.0, 0, 3.0, -9] and e.tolist() == [2.0, 0, 0, 4.0, 1.0, -9]
+    assert ps.tolist() == [0.0, 0, 2.0, 0, 3.0, -9]  # the reads themselves are left as they were
+    # two titled windows holding one token: their mean is its titled logit; [CLS]: their mean too
+    (_, s, _, _), = average_reads([(titled, ts, te, 0.9), (titled, ts + 2, te, 0.2)], [(plain, ps, pe, None)])
+    assert s.tolist() == [(0 + 3) / 2, 0, (2 + 5) / 2, (0 + 1) / 2, 3.0, -9]
+
+
+def test_title_ensemble_reads_titled_questions_twice_and_others_once(tok):
+    from bertfam.serving.budget import token_counts
+    from bertfam.tasks.mrc.predictor import average_reads
+    from bertfam.tasks.pipelines import MRCPipeline
+
+    m = tiny_span_model(tok)
+    kw = dict(max_length=48, doc_stride=16, null_threshold=-1e9, answerable_threshold=0.0)
+    passage = "华为Mate 40 Pro于2020年10月发布，售价６９９９元。" * 2  # two windows either way
+    items = [{"question": "华为什么时候发布？", "passage": passage, "title": "华为手机"},
+             {"question": "售价多少？", "passage": passage, "title": " "}]
+    both = MRCPredictor(m, settings_of(m, title_ensemble=True, **kw)).window_scores(items)
+    titled = MRCPredictor(m, settings_of(m, **kw)).window_scores(items)
+    plain = MRCPredictor(m, settings_of(m, use_title=False, **kw)).window_scores(items)
+    want = average_reads(titled[0], plain[0])
+    assert len(both[0]) == len(want) >= 2
+    for (w1, s1, e1, p1), (w2, s2, e2, p2) in zip(both[0], want):
+        assert w1.input_ids == w2.input_ids and p1 == pytest.approx(p2, abs=1e-6)
+        np.testing.assert_allclose(s1, s2, atol=1e-5)
+        np.testing.assert_allclose(e1, e2, atol=1e-5)
+    assert not np.allclose(both[0][0][1], plain[0][0][1], atol=1e-3)  # the title changed the logits it averages
+    for (_, s1, _, _), (_, s2, _, _) in zip(both[1], titled[1]):  # a blank title: one read, as before
+        np.testing.assert_allclose(s1, s2, atol=1e-5)
+    # the service's token budget counts the second read
+    m.config.head.mrc = dataclasses.replace(m.config.head.mrc_settings, **kw)
+    pipe = MRCPipeline(m)
+    once = token_counts(pipe, items)
+    pipe.inner.settings = dataclasses.replace(pipe.inner.settings, title_ensemble=True)
+    twice = token_counts(pipe, items)
+    assert twice[1] == once[1] and twice[0] > once[0] + sum(len(w.input_ids) for w, *_ in plain[0]) - 1

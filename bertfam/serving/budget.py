@@ -9,6 +9,7 @@ service refuses a request over `--max-request-tokens` and packs batches up to `-
 from __future__ import annotations
 
 from ..data.mrc_windows import build_windows
+from ..tasks.mrc.predictor import titled_twice
 from ..tasks.pipelines import ClassificationPipeline, MRCPipeline, NERPipeline, Pipeline
 
 
@@ -20,6 +21,9 @@ def token_counts(predictor: Pipeline, items: list[dict]) -> list[int]:
         counts = [0] * len(items)
         for w in build_windows(tok, items, s.max_length, s.doc_stride, s.max_query_length, s.use_title):
             counts[w.example_index] += len(w.input_ids)
+        twice = titled_twice(s, items)  # title_ensemble: these are read once more, without their title
+        for w in build_windows(tok, [items[i] for i in twice], s.max_length, s.doc_stride, s.max_query_length, False):
+            counts[twice[w.example_index]] += len(w.input_ids)
         return counts
     if isinstance(predictor, NERPipeline):  # the same windows NERPipeline.predict_batch makes
         enc = tok([it["text"] for it in items], max_length=window, stride=window // 4,

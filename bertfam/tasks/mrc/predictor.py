@@ -122,10 +122,17 @@ class MRCPredictor:
             return []
         s = self.settings
         windows = build_windows(self.tokenizer, items, s.max_length, s.doc_stride, s.max_query_length, s.use_title)
-        per_item: list[list[tuple[Window, np.ndarray, np.ndarray, float]]] = [[] for _ in items]
-        for w, start, end, p in self._forward(windows):
+        twice = titled_twice(s, items)  # their second read, without the title, goes after all the items
+        windows += [dataclasses.replace(w, example_index=len(items) + w.example_index)
+                    for w in build_windows(self.tokenizer, [items[i] for i in twice], s.max_length, s.doc_stride,
+                                           s.max_query_length, False)]
+        per_item: list[list[tuple[Window, np.ndarray, np.ndarray, float]]] = [
+            [] for _ in range(len(items) + len(twice))]
+        for w, start, end, p in self._forward(windows):  # one pass over both reads: shortest first, less padding
             per_item[w.example_index].append((w, start, end, p))
-        return per_item
+        for k, i in enumerate(twice):
+            per_item[i] = average_reads(per_item[i], per_item[len(items) + k])
+        return per_item[:len(items)]
 
     def decide(self, raw: RawScores, details: bool = False) -> MRCPrediction:
         """The no-answer rule on one question's raw scores, with the settings' thresholds."""
@@ -173,6 +180,44 @@ class MRCPredictor:
             done += len(chunk)
             if getattr(self, "on_progress", None) is not None:
                 self.on_progress(done, len(windows))
+
+
+def titled_twice(settings: MRCSettings, items: Sequence[dict]) -> list[int]:
+    """Indices of the items read a second time without their title (settings.title_ensemble: those with one)."""
+    if not (settings.use_title and settings.title_ensemble):
+        return []
+    return [i for i, it in enumerate(items) if (it.get("title") or "").strip()]
+
+
+def average_reads(titled: list[tuple], untitled: list[tuple]) -> list[tuple]:
+    """One question's two reads as one (settings.title_ensemble): the windows of the read without the title,
+    each passage token's start/end logits averaged with the same token's in the titled read (matched by its
+    character offsets; the mean over the titled windows holding it: windows overlap), the [CLS] (no-answer)
+    logits with the titled windows' mean, and P(answerable) with the titled read's highest. Averaging logits
+    rather than choosing a read: the title helps to judge answerability, while a reader given a title that
+    repeats the question tends to answer from the passage's first lines (a checklist habit: most references
+    start there), which the read without it does not."""
+    start_of: dict = {}
+    end_of: dict = {}
+    for w, st, en, _ in titled:
+        for j, o in enumerate(w.offsets):
+            if o is not None:
+                start_of.setdefault(o, []).append(float(st[j]))
+                end_of.setdefault(o, []).append(float(en[j]))
+    cls_start = float(np.mean([st[0] for _, st, _, _ in titled]))
+    cls_end = float(np.mean([en[0] for _, _, en, _ in titled]))
+    probs = [p for *_, p in titled if p is not None]
+    p_titled = max(probs) if probs else None
+    out = []
+    for w, st, en, p in untitled:
+        st, en = st.copy(), en.copy()  # (T,) each
+        st[0], en[0] = (st[0] + cls_start) / 2, (en[0] + cls_end) / 2
+        for j, o in enumerate(w.offsets):
+            if o in start_of:  # a token the titled read never held (none in practice) keeps its own logits
+                st[j] = (st[j] + np.mean(start_of[o])) / 2
+                en[j] = (en[j] + np.mean(end_of[o])) / 2
+        out.append((w, st, en, (p + p_titled) / 2 if p is not None and p_titled is not None else p))
+    return out
 
 
 def window_logits(windows: Sequence[Window], start: torch.Tensor, end: torch.Tensor,

@@ -97,7 +97,7 @@ def save_thresholds(model, model_dir: str, tuned: dict, tuned_on: str) -> None:
     if tuned.get("max_answer_length"):  # tuned together with the thresholds
         new["max_answer_length"] = int(tuned["max_answer_length"])
     for name in ("verifier_threshold", "answer_extension", "question_overlap_penalty", "span_choice",
-                 "use_title"):  # tuned with them
+                 "use_title", "title_ensemble"):  # tuned with them
         if tuned.get(name) is not None:
             new[name] = tuned[name]
     if "verifier" in tuned:  # chosen with them (None: the rule does without one)
