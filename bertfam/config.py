@@ -157,7 +157,9 @@ class MRCSettings(TypedSettings):
     null_threshold: float = 0.0
     answerable_threshold: float = 0.5
     answer_extension: str = "none"  # widen spans to their clause / sentence, or trim: cut at a sentence end (decoding.extend_span)
-    question_overlap_penalty: float = 0.0  # span score - this x share of its characters in the question (decoding.decode)
+    # span score - this x share of its characters in the question (decoding.decode)
+    question_overlap_penalty: float = 0.0
+    length_bonus: float = 0.0  # span score + this x log(1 + its characters): longer spans favoured (decode)
     span_choice: str = "score"  # the answer: the best-scoring span, or "expected_f1": the n-best's consensus (decoding)
     verifier: Optional[str] = None  # a verifier model directory, relative to the model's (tasks.mrc.verifier)
     verifier_threshold: float = -1.0  # verifier score needed (a cosine in [-1, 1], or P in [0, 1]); -1: all pass
@@ -174,6 +176,7 @@ class MRCSettings(TypedSettings):
         self.need(-1.0 <= self.verifier_threshold <= 1.0, "verifier_threshold", "a score in [-1, 1]")
         self.need(self.span_choice in ("score", "expected_f1"), "span_choice", "one of score, expected_f1")
         self.need(self.question_overlap_penalty >= 0.0, "question_overlap_penalty", "a non-negative number")
+        self.need(self.length_bonus >= 0.0, "length_bonus", "a non-negative number")
         self.need(self.verifier is None or (isinstance(self.verifier, str) and self.verifier.strip() != ""
                                             and not os.path.isabs(self.verifier)),
                   "verifier", "a directory name relative to the model directory")

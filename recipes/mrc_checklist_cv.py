@@ -46,7 +46,7 @@ from bertfam.tasks.mrc import (MRCPredictor, RawScores, decode, load_span_model,
                                train_mrc)
 from bertfam.tasks.mrc.crossval import (FitExtra, assign_folds, bootstrap_interval, breakdown, fold_sizes,  # noqa: E402
                                         items_of, leaks, tune_out_of_fold)
-from bertfam.tasks.mrc.answerability import FEATURES, KNOWN_FEATURES, WORD_FEATURES  # noqa: E402
+from bertfam.tasks.mrc.answerability import CUE_FEATURES, FEATURES, KNOWN_FEATURES, WORD_FEATURES  # noqa: E402
 from bertfam.tasks.mrc.decoding import SPAN_CHOICES  # noqa: E402  (the fold files keep both; --span-choices searches)
 from bertfam.training import TrainConfig  # noqa: E402
 from bertfam.training.interpolation import interpolate_  # noqa: E402
@@ -166,11 +166,11 @@ def fit_extra_raws(args, fit_exs: list, penalties, f: int) -> dict:
     if os.path.isfile(path):
         kept = json.load(open(path))
         if kept.get("spec") == args.fused_extra and kept.get("qids") == [e.qid for e in fit_exs] \
-                and not set(setting_names(penalties)) - set(kept["raws"]):
+                and not set(setting_names(penalties, bonuses=length_bonuses(args))) - set(kept["raws"]):
             return {k: [RawScores.from_dict(r, path) for r in v] for k, v in kept["raws"].items()}
     model = trained_fold_model(args, f)
     cands = raw_candidates(model, fit_exs, [None] * len(fit_exs), penalties, reads_title(args),
-                           reads_twice(args))
+                           reads_twice(args), length_bonuses(args))
     atomic_write_text(path, json.dumps({"spec": args.fused_extra, "qids": [e.qid for e in fit_exs],
                                         "raws": {k: [r.to_dict() for r in v] for k, v in cands.items()}}))
     return cands
@@ -259,17 +259,32 @@ def dureader2_examples(n: int, rng: random.Random) -> list:
     return pos + negs
 
 
-def setting_names(penalties, extensions=EXTENSIONS, lengths=LENGTHS, choices=SPAN_CHOICES) -> list[str]:
-    """Every decoding setting: "EXT/LENGTH", with a question-overlap penalty "EXT/LENGTH/qPENALTY", and with the
-    span of highest expected F1 as the answer (span choice expected_f1) "/ef1" after either."""
-    return [f"{ext}/{L}" + (f"/q{q:g}" if q else "") + ("/ef1" if c == "expected_f1" else "")
-            for c in choices for q in penalties for ext in extensions for L in lengths]
+def setting_names(penalties, extensions=EXTENSIONS, lengths=LENGTHS, choices=SPAN_CHOICES,
+                  bonuses=(0.0,)) -> list[str]:
+    """Every decoding setting: "EXT/LENGTH", with a question-overlap penalty "EXT/LENGTH/qPENALTY", with a
+    length bonus ".../bBONUS" after that, and with the span of highest expected F1 as the answer (span choice
+    expected_f1) "/ef1" after any of them."""
+    return [f"{ext}/{L}" + (f"/q{q:g}" if q else "") + (f"/b{b:g}" if b else "")
+            + ("/ef1" if c == "expected_f1" else "") for c in choices for b in bonuses for q in penalties for ext in extensions for L in lengths]
+
+
+def length_bonuses(args) -> list[float]:
+    """--length-bonuses as numbers (each >= 0; otherwise one line, exit 2)."""
+    try:
+        vals = [float(x) for x in args.length_bonuses.split(",") if x.strip()]
+    except ValueError:
+        vals = []
+    if not vals or any(not v >= 0 for v in vals):
+        print(f"--length-bonuses: {args.length_bonuses!r}: a comma list of numbers >= 0", file=sys.stderr)
+        raise SystemExit(2)
+    return vals
 
 
 def search_space(args) -> tuple[list[float], tuple, tuple, tuple]:
     """(penalties, extensions, lengths, span choices) the out-of-fold choice searches: --overlap-penalties,
     --extensions, --lengths, --span-choices (each a comma list; an unknown extension, length or choice stops
-    here). Fewer choices select less noise on ~113-question folds."""
+    here); the length bonuses are `length_bonuses(args)`. Fewer choices select less noise on ~113-question
+    folds."""
     def listed(flag, text, known, cast):
         vals = tuple(cast(x) for x in text.split(",") if x.strip())
         bad = [v for v in vals if v not in known]
@@ -287,14 +302,17 @@ def search_space(args) -> tuple[list[float], tuple, tuple, tuple]:
             listed("--span-choices", args.span_choices, SPAN_CHOICES, str))
 
 
-def parse_setting(name: str) -> tuple[str, int, float, str]:
-    """(answer extension, max answer length, question-overlap penalty, span choice) of a setting name."""
+def parse_setting(name: str) -> tuple[str, int, float, str, float]:
+    """(answer extension, max answer length, question-overlap penalty, span choice, length bonus) of a setting
+    name."""
     ext, length, *rest = name.split("/")
     q = next((float(r[1:]) for r in rest if r.startswith("q")), 0.0)
-    return ext, int(length), q, "expected_f1" if "ef1" in rest else "score"
+    b = next((float(r[1:]) for r in rest if r.startswith("b")), 0.0)
+    return ext, int(length), q, "expected_f1" if "ef1" in rest else "score", b
 
 
-def raw_candidates(model, exs, relevance, penalties, use_title: bool = True, title_ensemble: bool = False) -> dict:
+def raw_candidates(model, exs, relevance, penalties, use_title: bool = True, title_ensemble: bool = False,
+                   bonuses=(0.0,)) -> dict:
     """{"none/32": [RawScores per example], ...}: one forward pass, every decoding setting. use_title=False:
     the reader reads the passage without its title (the fused model's title features still see it);
     title_ensemble: with and without it, logits averaged (MRCSettings.title_ensemble)."""
@@ -302,9 +320,9 @@ def raw_candidates(model, exs, relevance, penalties, use_title: bool = True, tit
     pred.settings = dataclasses.replace(pred.settings, use_title=use_title, title_ensemble=title_ensemble)
     ws = pred.window_scores(items_of(exs))
     out = {}
-    for name in setting_names(penalties):
-        ext, L, q, choice = parse_setting(name)
-        raws = (decode(w, e.context, pred.settings.n_best, L, ext, e.question, q, choice) for w, e in zip(ws, exs))
+    for name in setting_names(penalties, bonuses=bonuses):
+        ext, L, q, choice, b = parse_setting(name)
+        raws = (decode(w, e.context, pred.settings.n_best, L, ext, e.question, q, choice, b) for w, e in zip(ws, exs))
         # the top span alone is kept (the fold files stay small): all that the out-of-fold choice reads
         out[name] = [dataclasses.replace(r, nbest=r.nbest[:1], relevance=rel) for r, rel in zip(raws, relevance)]
     return out
@@ -416,18 +434,21 @@ TITLE_FEATURES = ("has_title", "q_in_title", "title_in_q", "q_bigrams_in_title",
 
 
 def fused_features(text: str) -> tuple:
-    """--fused-features: all, no-title, all+words (the default set and the optional word-level ones) or a comma
+    """--fused-features: all, no-title, all+words / all+cues (the default set and the optional word-level / question
+    word ones) or a comma
     list of feature names (an unknown one stops here, exit 2)."""
     if text == "all":
         return FEATURES
     if text == "all+words":
         return FEATURES + WORD_FEATURES
+    if text == "all+cues":
+        return FEATURES + CUE_FEATURES
     if text == "no-title":
         return tuple(f for f in FEATURES if f not in TITLE_FEATURES)
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     bad = [n for n in names if n not in KNOWN_FEATURES]
     if bad or not names:
-        print(f"--fused-features: {text!r}: all, all+words, no-title or a comma list of {', '.join(KNOWN_FEATURES)}",
+        print(f"--fused-features: {text!r}: all, all+words, all+cues, no-title or a comma list of {', '.join(KNOWN_FEATURES)}",
               file=sys.stderr)
         raise SystemExit(2)
     return names
@@ -485,6 +506,9 @@ def main() -> int:
                          "adds the verifier and all rules")
     ap.add_argument("--overlap-penalties", default="0,2,5",
                     help="question-overlap penalties tried as decoding settings (comma list; 0: none)")
+    ap.add_argument("--length-bonuses", default="0",
+                    help="length bonuses tried as decoding settings (comma list; each span's score + BONUS x log(1 + "
+                         "its characters); 0: none)")
     ap.add_argument("--extensions", default=",".join(EXTENSIONS),
                     help="answer extensions tried as decoding settings (comma list of " + ", ".join(EXTENSIONS) + ")")
     ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)),
@@ -505,7 +529,8 @@ def main() -> int:
                     help="no training: score the logit-averaged ensemble of these runs' fold models out of fold")
     ap.add_argument("--fused-features", default="all",
                     help="inputs of the fused answerability model: all, all+words (with the optional jieba "
-                         "word-level features), no-title (without the title's match with the question), or a "
+                         "word-level features), all+cues (with what the question asks for: how, yes/no, an "
+                         "entity), no-title (without the title's match with the question), or a "
                          "comma list of " + ", ".join(KNOWN_FEATURES))
     ap.add_argument("--fused-extra", default="", metavar="NAME:N,...",
                     help="questions no model trains on, added to the fused answerability model's fit (not to the "
@@ -534,7 +559,8 @@ def main() -> int:
                       json.dumps({e.qid: f for e, f in zip(exs, folds)}, indent=0) + "\n")
     rel = relevance_of(exs, args.verifier, os.path.join(args.out, "relevance.json"))
     rules = ("both", "null", "cls") + (("verifier", "all") if args.verifier else ())
-    searched = set(setting_names(penalties, extensions, lengths, choices))
+    bonuses = length_bonuses(args)
+    searched = set(setting_names(penalties, extensions, lengths, choices, bonuses))
     fit_exs = fit_extra_examples(args.fused_extra, args.extra, args.seed) if args.fused_extra else []
     extra = extra_examples(args.extra, args.seed) if args.extra and not (args.no_train or args.members) else []
     pieces: dict = {}
@@ -546,7 +572,7 @@ def main() -> int:
         path = os.path.join(args.out, f"fold{f}.raw.json")
         idx = [i for i, g in enumerate(folds) if g == f]
         kept = json.load(open(path)) if os.path.isfile(path) else None
-        if kept is None or set(setting_names(penalties)) - set(kept):  # new, or new decoding settings
+        if kept is None or set(setting_names(penalties, bonuses=bonuses)) - set(kept):  # new, or new settings
             print(f"fold {f}: {len(idx)} questions held out", file=sys.stderr)
             if kept is None and not (args.no_train or args.members):
                 model = train_one(args, training_set(args, exs, folds, f, extra),
@@ -554,7 +580,7 @@ def main() -> int:
             else:  # predictions kept from a run with fewer settings: the fold's model scores them again
                 model = trained_fold_model(args, f)
             save_candidates(path, raw_candidates(model, [exs[i] for i in idx], [rel[i] for i in idx], penalties,
-                                                 reads_title(args), reads_twice(args)))
+                                                 reads_title(args), reads_twice(args), bonuses))
             del model
         pieces[f] = {k: v for k, v in load_candidates(path, [rel[i] for i in idx]).items()  # this run's verifier scores
                      if k in searched}
@@ -594,8 +620,9 @@ def main() -> int:
 
             model = from_pretrained(final_dir)
         p = best["pooled"]
-        ext, length, q, choice = parse_setting(p["setting"])
+        ext, length, q, choice, b = parse_setting(p["setting"])
         tuned = dict(p, max_answer_length=length, answer_extension=ext, question_overlap_penalty=q, span_choice=choice,
+                     length_bonus=b,
                      use_title=reads_title(args), title_ensemble=reads_twice(args))
         if p["rule"] not in ("verifier", "all") and not uses_verifier(p):
             tuned["verifier"] = None  # the shipped rule does without one

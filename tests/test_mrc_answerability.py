@@ -75,6 +75,18 @@ def test_word_features_are_optional_and_known():
                                    scale=[1.0] * len(KNOWN_FEATURES), coef=[0.0] * len(KNOWN_FEATURES), intercept=0.0))
 
 
+@pytest.mark.parametrize("question,want", [("朋友圈怎么发语音", (1.0, 0.0, 0.0)), ("香蕉能和柚子一起吃吗", (0.0, 1.0, 0.0)),
+                                           ("鬼迷心窍原唱是谁", (0.0, 0.0, 1.0)), ("番石榴汁热量", (0.0, 0.0, 0.0))])
+def test_cue_features_say_what_the_question_asks_for_and_are_optional(question, want):
+    from bertfam.tasks.mrc.answerability import CUE_FEATURES
+
+    item = {"question": question, "passage": "一段话。", "title": None}
+    names = FEATURES + CUE_FEATURES
+    v = dict(zip(names, feature_vector(_raw("一段话", 1.0), item, names)))
+    assert tuple(v[n] for n in CUE_FEATURES) == want
+    assert not set(CUE_FEATURES) & set(FEATURES) and set(CUE_FEATURES) <= set(KNOWN_FEATURES)
+
+
 def _raw(text, diff, p=0.5, prob=0.6):
     nbest = (SpanCandidate(text, 0, len(text), diff, prob),) if text else ()
     return RawScores(nbest, diff if text else -math.inf, p)

@@ -279,6 +279,12 @@ def test_the_cross_validation_recipe_end_to_end(tmp_path):
             for c in [rep["pooled"], *rep["folds"].values()] if c.get("fusion")]
     assert fits and all(f["features"][-3:] == ["q_words_in_passage", "q_words_in_title", "q_missing_word_log_len"]
                         and "title_in_q" in f["features"] for f in fits)
+    cues = subprocess.run(cmd + ["--extensions", "none", "--fused-features", "all+cues"], capture_output=True,
+                          text=True, timeout=300)
+    assert cues.returncode == 0, cues.stderr[-2000:]
+    fits = [c["fusion"] for rep in json.load(open(out / "cv.json"))["reports"]
+            for c in [rep["pooled"], *rep["folds"].values()] if c.get("fusion")]
+    assert fits and all(f["features"][-3:] == ["q_asks_how", "q_asks_yes_no", "q_asks_entity"] for f in fits)
     badf = subprocess.run(cmd + ["--fused-features", "null_diff,titel"], capture_output=True, text=True, timeout=300)
     assert badf.returncode == 2 and badf.stderr.strip().splitlines()[-1].startswith("--fused-features: 'null_diff,titel'")
 
@@ -629,3 +635,24 @@ def test_untitled_copies_drop_the_title_of_the_first_copies_only(tmp_path):
     _, cmd = _recipe_command(tmp_path)
     bad = subprocess.run(cmd + ["--untitled-copies", "3"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == "--untitled-copies: 3 is not in [0, --repeat 2]"
+
+
+def test_length_bonuses_are_decoding_settings_whose_names_parse_back(tmp_path):
+    """--length-bonuses 0,1.5: each setting once without and once with the bonus ("/b1.5" in its name), parsed
+    back into the bonus the final model's config gets; a negative or non-numeric entry: one line, exit 2."""
+    import os
+    import subprocess
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes"))
+    import mrc_checklist_cv as cv
+
+    names = cv.setting_names([0.0, 5.0], ("none",), (32,), ("score",), (0.0, 1.5))
+    assert names == ["none/32", "none/32/q5", "none/32/b1.5", "none/32/q5/b1.5"]
+    assert [cv.parse_setting(n)[2:] for n in names] == [(0.0, "score", 0.0), (5.0, "score", 0.0),
+                                                       (0.0, "score", 1.5), (5.0, "score", 1.5)]
+    assert cv.parse_setting("none/48/q2/b1/ef1") == ("none", 48, 2.0, "expected_f1", 1.0)
+    _, cmd = _recipe_command(tmp_path)
+    for bad in ("0,-1", "x"):
+        r = subprocess.run(cmd + ["--length-bonuses", bad], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("--length-bonuses:")

@@ -73,3 +73,18 @@ def test_the_setting_is_checked_and_applied_by_the_predictor(tmp_path):
     # the same random model: a heavy penalty ranks spans by their share of question characters first
     share = [coverage(c.text, item["question"]) for c in scores[50.0]]
     assert share[0] == min(coverage(c.text, item["question"]) for c in scores[0.0])
+
+
+def test_the_length_bonus_leans_to_the_longer_span_by_log_length():
+    passage = "#高速公路倒车扣12分。"
+    a = passage.index("扣")
+    ws = _windows(passage, [(a + 1, a + 4, 5.0), (a, a + 4, 4.6)])  # 12分 a little above 扣12分
+    plain = decode(ws, passage, n_best=5, max_answer_length=20)
+    assert plain.best.text == "12分"
+    got = decode(ws, passage, n_best=5, max_answer_length=20, length_bonus=2.0)
+    assert got.best.text == "扣12分"
+    before = next(c.score for c in plain.nbest if c.text == "扣12分")
+    assert got.best.score == pytest.approx(before + 2.0 * np.log(1 + 4))  # score + bonus x log(1 + characters)
+    assert decode_with(MRCSettings(max_answer_length=20, length_bonus=2.0), ws, passage).best.text == "扣12分"
+    with pytest.raises(ConfigError, match="length_bonus"):
+        MRCSettings(length_bonus=-1.0)

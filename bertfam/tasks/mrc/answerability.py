@@ -15,6 +15,8 @@ Features (`FEATURES`, each a number per question; the reader's come from one `de
 - title: has a title; character and bigram coverage of the question by the title and of the title by the
   question (0 without a title). The title is cut at its site suffix ("..._百度知道", "... - 知乎");
 - passage: character, bigram and trigram coverage of the question by the passage; log lengths.
+Optional (`CUE_FEATURES`, not in the default set): whether the question asks how / why, yes or no, or for a
+name, place, time or number (1.0 or 0.0 each, by its question words; a question may ask none of them).
 Optional (`WORD_FEATURES`, not in the default set: a model names them in its `features` to use them): the
 question's content words (jieba, question and function words dropped) found in the passage and in the title,
 and log(1 + length) of the longest content word the passage lacks. Character n-grams count 北京大学 as
@@ -39,7 +41,14 @@ FEATURES = ("null_diff", "reader_logit", "top_prob", "relevance", "span_log_len"
             "q_in_passage", "q_bigrams_in_passage", "q_trigrams_in_passage", "q_log_len", "passage_log_len")
 
 WORD_FEATURES = ("q_words_in_passage", "q_words_in_title", "q_missing_word_log_len")
-KNOWN_FEATURES = FEATURES + WORD_FEATURES
+CUE_FEATURES = ("q_asks_how", "q_asks_yes_no", "q_asks_entity")
+KNOWN_FEATURES = FEATURES + WORD_FEATURES + CUE_FEATURES
+
+# what kind of answer a question asks for, by its question words (DuReader's own three kinds: description,
+# yes/no, entity): a passage on the question's topic states a name or a number more often than a procedure
+_CUES = {"q_asks_how": ("怎么", "如何", "怎样", "为什么", "为何", "方法", "步骤"),
+         "q_asks_yes_no": ("吗", "是否", "能不能", "可不可以", "有没有", "会不会", "好不好", "是不是"),
+         "q_asks_entity": ("谁", "哪", "什么时候", "多少", "多久", "几", "是什么")}
 
 # what a question asks with, not what it is about: never a content word
 _QUESTION_WORDS = frozenset("什么 哪里 哪儿 哪个 哪些 哪 多少 多久 多大 多长 多高 几 怎么 怎么样 怎样 如何 为什么 为何 吗 呢 吧 啊 么 "
@@ -93,6 +102,10 @@ def word_features(question: str, passage: str, title: Optional[str]) -> dict:
             "q_missing_word_log_len": math.log(1 + max((len(w) for w in missing), default=0))}
 
 
+def cue_features(question: str) -> dict:
+    return {name: float(any(c in question for c in cues)) for name, cues in _CUES.items()}
+
+
 def reader_features(raw: RawScores, question: str) -> dict:
     """The features of one `decode` result (its own P(answerable): call before it is replaced by the fused one)."""
     d = raw.null_diff
@@ -111,6 +124,8 @@ def feature_vector(raw: RawScores, item: dict, names: Sequence[str] = FEATURES) 
     f = {**reader_features(raw, item["question"]), **lexical_features(item["question"], passage, item.get("title"))}
     if any(n in WORD_FEATURES for n in names):  # jieba only where a model asks for these
         f.update(word_features(item["question"], passage, item.get("title")))
+    if any(n in CUE_FEATURES for n in names):
+        f.update(cue_features(item["question"]))
     return np.array([f[n] for n in names], dtype=float)
 
 

@@ -96,8 +96,8 @@ def save_thresholds(model, model_dir: str, tuned: dict, tuned_on: str) -> None:
     new = {"null_threshold": float(tuned["null_threshold"]), "answerable_threshold": float(tuned["answerable_threshold"])}
     if tuned.get("max_answer_length"):  # tuned together with the thresholds
         new["max_answer_length"] = int(tuned["max_answer_length"])
-    for name in ("verifier_threshold", "answer_extension", "question_overlap_penalty", "span_choice",
-                 "use_title", "title_ensemble"):  # tuned with them
+    for name in ("verifier_threshold", "answer_extension", "question_overlap_penalty", "length_bonus",
+                 "span_choice", "use_title", "title_ensemble"):  # tuned with them
         if tuned.get(name) is not None:
             new[name] = tuned[name]
     if "verifier" in tuned:  # chosen with them (None: the rule does without one)
