@@ -214,6 +214,12 @@ def test_cli_train_predict_evaluate_ensemble_compare_ask(tmp_path, capsys):
     answers, kept = json.load(open(always)), json.load(open(str(tmp_path / "always.nbest.json")))
     assert all(answers[q] == n["nbest"][0]["text"] and n["answerable"] for q, n in kept.items() if n["nbest"])
     assert sum(a != "no answer" for a in answers.values()) == sum(bool(n["nbest"]) for n in kept.values()) > 0
+    # --length-bonus: every span's score + B x log(1 + characters): a large B picks long spans
+    longer = str(tmp_path / "longer.json")
+    assert main(["mrc", "predict", "--model", out, "--data", dev, "--out", longer, "--always-answer",
+                 "--length-bonus", "50"]) == 0
+    long_answers = json.load(open(longer))
+    assert sum(map(len, long_answers.values())) > sum(map(len, answers.values()))
     capsys.readouterr()
 
     # the trivial baseline: always "no answer" -> exactly the unanswerable share (4 of 8)
@@ -353,6 +359,7 @@ def test_expected_f1_choice_answers_the_span_the_nbest_agrees_on(tok):
     raw = pred.raw_scores([{"question": "价格", "passage": "售价６９９９元，华为于2020年发布。"}])[0]
     assert raw.expected_f1 == pytest.approx(max(_expected(raw.nbest)))
     assert MRCPredictorOptions(span_choice="expected_f1").overrides() == {"span_choice": "expected_f1"}
+    assert MRCPredictorOptions(length_bonus=1.5).overrides() == {"length_bonus": 1.5}
 
 
 def _expected(nbest):

@@ -81,13 +81,15 @@ def test_reading_comprehension_block_runs_as_written(scratch, capsys):
     names = {"Q": "谁是作者？", "P": "张三是这本书的作者。", "T": "书", "A": "runs/mrc", "B": "runs/mrc",
              "C": "runs/mrc"}
     commands = readme_commands("Reading comprehension")
-    assert [a[1] for a in commands] == ["train", "predict", "evaluate", "ask", "ensemble", "compare", "predict"]
+    assert [a[1] for a in commands] == ["train", "predict", "evaluate", "ask", "ensemble", "compare", "predict",
+                                        "predict"]
     for argv in commands:
         rc, out, err = cli(capsys, *_bind(argv, names))
         assert rc == 0, (argv, err)
     assert (scratch / "pred.json").is_file() and (scratch / "pred.nbest.json").is_file()
     assert (scratch / "runs" / "cmp" / "compare.png").is_file()
     assert "no answer" not in json.load(open(scratch / "all.json")).values()  # --always-answer
+    assert "no answer" not in json.load(open(scratch / "long.json")).values()  # --always-answer --length-bonus 1
     [export] = [a for a in readme_commands("Serving") if a[0] == "export"]
     rc, out, err = cli(capsys, *export)  # bertfam export --onnx runs/mrc mrc.onnx
     assert rc == 0 and (scratch / "mrc.onnx").is_file(), err

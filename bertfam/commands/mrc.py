@@ -8,7 +8,7 @@ import json
 import sys
 
 from .common import (CHECKPOINT_FLAGS, OPTIMIZATION_FLAGS, PRECISIONS, add_threads_arg, check_checkpoints,
-                     check_window, float_range, non_negative_int, positive_int, set_threads)
+                     check_window, float_range, non_negative_float, non_negative_int, positive_int, set_threads)
 from .flags import Flag, Flags
 
 
@@ -147,6 +147,10 @@ def _decode_args(p) -> None:
     p.add_argument("--span-choice", choices=("score", "expected_f1"), default=None,
                    help="the answer: the best-scoring span, or the span with the highest expected F1 against the "
                         f"n-best (their consensus; default: the model's tuned setting, else {D.span_choice})")
+    p.add_argument("--length-bonus", type=non_negative_float, default=None, metavar="B",
+                   help="raise each candidate span's score by B x log(1 + its characters): longer answers, for "
+                        "data whose references are clauses rather than phrases (DuReader's; docs/mrc.md: forced "
+                        f"answers gain there) (default: the model's tuned setting, else {D.length_bonus})")
     p.add_argument("--always-answer", action="store_true",
                    help="no no-answer rule: every question gets its best span (data known to be answerable, such "
                         "as CMRC2018 or DRCD; pair with --span-choice expected_f1, docs/mrc.md)")
@@ -166,7 +170,8 @@ def _predictor(args):
     return MRCPredictorOptions(max_length=args.max_length, doc_stride=args.doc_stride,
                                max_query_length=args.max_query_length, max_answer_length=args.max_answer_length,
                                n_best=args.n_best, answer_extension=args.answer_extension,
-                               span_choice=args.span_choice, always_answer=args.always_answer, verifier=not args.no_verifier, batch_size=args.batch_size, int8=args.int8)
+                               span_choice=args.span_choice, length_bonus=args.length_bonus,
+                               always_answer=args.always_answer, verifier=not args.no_verifier, batch_size=args.batch_size, int8=args.int8)
 
 
 def _train(args, cfg) -> int:

@@ -72,10 +72,10 @@ class MRCTrainConfig(RunOptions):
 @dataclass
 class MRCPredictorOptions:
     """How the predicting jobs read and decode (None: the model's head.mrc setting, else MRCSettings'). The
-    first seven are MRCSettings fields (`overrides`)."""
+    first eight are MRCSettings fields (`overrides`)."""
 
     SETTINGS: ClassVar[tuple] = ("max_length", "doc_stride", "max_query_length", "max_answer_length", "n_best",
-                                 "answer_extension", "span_choice")
+                                 "answer_extension", "span_choice", "length_bonus")
 
     max_length: Optional[int] = None
     doc_stride: Optional[int] = None
@@ -84,6 +84,7 @@ class MRCPredictorOptions:
     n_best: Optional[int] = None
     answer_extension: Optional[str] = None  # none | clause | sentence | trim
     span_choice: Optional[str] = None  # score | expected_f1
+    length_bonus: Optional[float] = None  # span score + this x log(1 + characters): longer answers
     verifier: bool = True  # False: ignore the model's question-passage verifier (head.mrc.verifier)
     batch_size: int = 32
     int8: bool = False  # run the model(s) in int8 (an int8 checkpoint is int8 anyway)
