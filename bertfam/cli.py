@@ -30,6 +30,12 @@ class DefaultsFormatter(argparse.HelpFormatter):
             return text  # an option of a command with --config has its default in its help already (Flags)
         return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
 
+    def _format_action(self, action) -> str:
+        # an option with neither help nor a default to show expands to "": argparse then ends its line without
+        # the newline, and the next option is printed on the same line ("--model MODEL   --question QUESTION")
+        text = super()._format_action(action)
+        return text if text.endswith("\n") else text.rstrip() + "\n"
+
 
 class Parser(argparse.ArgumentParser):
     """One line for a bad command line (the usage block would bury it): `bertfam finetune: error: argument

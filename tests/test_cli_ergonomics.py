@@ -1,6 +1,8 @@
 """The command line reads as a transformers user expects: --version, defaults in --help, a bad option value in
 one line, a CSV given for a TSV named as such, a blank `mrc ask` question refused, metrics labelled with their
 scale. Parsing and file reading only: no model runs."""
+import re
+
 import pytest
 
 from bertfam.cli import build_parser, main
@@ -95,6 +97,10 @@ def test_mrc_train_summary_table_names_each_f1():
         "200", "7.16", "5.00"]
 
 
+# two invocations on one line ("--model MODEL   --question QUESTION"), not an option whose help names another
+CROWDED = re.compile(r"^\s*-{1,2}[\w-]+(?: [A-Z_]+)?\s{2,}-{1,2}[\w-]+(?: [A-Z_]+)?(?:\s{2,}|$)")
+
+
 def test_every_commands_help_renders_with_its_defaults():
     def walk(p):
         yield p
@@ -106,3 +112,12 @@ def test_every_commands_help_renders_with_its_defaults():
     for p in parsers:
         text = p.format_help()  # a help string argparse cannot expand would raise here
         assert "%(default)" not in text and "==SUPPRESS==" not in text, p.prog
+        # each option on a line of its own, also one with neither help nor a default (mrc ask --model, --question)
+        crowded = [ln for ln in text.splitlines() if CROWDED.match(ln)]
+        assert not crowded, (p.prog, crowded)
+
+
+def test_options_without_help_or_default_keep_their_own_lines():
+    text = build_parser().commands["mrc"].commands["ask"].format_help()
+    lines = [ln.strip() for ln in text.splitlines()]
+    assert "--model MODEL" in lines and "--question QUESTION" in lines and "--passage PASSAGE" in lines
