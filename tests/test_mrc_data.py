@@ -33,11 +33,24 @@ def test_fixtures_read_with_repair_counts():
         for a in e.answers:
             assert e.context[a.start:a.end] == a.text
     ex, rep = read_mrc(os.path.join(MRC, "checklist_demo_cut.json"))
-    assert rep.kept == 8 and rep.unanswerable == 4
+    assert rep.kept == 8 and rep.unanswerable == 4 and rep.unlabelled == 0
     assert all(e.title for e in ex)  # DuReader: title on the paragraph
     assert {e.qtype for e in ex} == {"in-domain"}
     ex, _ = read_mrc(os.path.join(MRC, "cmrc2018_trial_cut.json"))
     assert ex[0].title == "泡泡战士"  # CMRC2018 / SQuAD: title on the document
+
+
+def test_questions_to_predict_are_counted_as_unlabelled_not_only_unanswerable(tmp_path):
+    """A file to predict has no answers: the summary says so, rather than calling its questions unanswerable."""
+    p = tmp_path / "ask.json"
+    p.write_text(json.dumps({"data": [{"paragraphs": [{"context": "北京是中国的首都。", "qas": [
+        {"id": "a", "question": "中国的首都是哪里？"},
+        {"id": "b", "question": "上海是首都吗？", "is_impossible": True},
+        {"id": "c", "question": "首都？", "answers": []}]}]}]}), encoding="utf-8")
+    _, rep = read_mrc(str(p), mode="predict")
+    assert (rep.kept, rep.unanswerable, rep.unlabelled) == (3, 3, 1)
+    assert "(3 unanswerable, 1 of them unlabelled: no answers given)" in rep.summary()
+    assert rep.to_dict()["unlabelled"] == 1
 
 
 def test_find_answer_nearest_occurrence():

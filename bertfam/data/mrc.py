@@ -54,6 +54,7 @@ class MRCReadReport:
     questions: int = 0  # qas records seen
     kept: int = 0
     unanswerable: int = 0  # kept questions without an answer
+    unlabelled: int = 0  # of those: neither "answers" nor "is_impossible" given (a file to predict, not a label)
     skipped: Counter = field(default_factory=Counter)  # reason -> count
     answers: int = 0  # answer records seen on answerable questions
     answers_exact: int = 0  # answer_start matched the text
@@ -70,13 +71,15 @@ class MRCReadReport:
 
     def to_dict(self) -> dict:
         return {"source": self.source, "questions": self.questions, "kept": self.kept,
-                "unanswerable": self.unanswerable, "skipped": dict(self.skipped), "answers": self.answers,
+                "unanswerable": self.unanswerable, "unlabelled": self.unlabelled, "skipped": dict(self.skipped),
+                "answers": self.answers,
                 "answers_exact": self.answers_exact, "answers_repaired": self.answers_repaired,
                 "answers_ambiguous": self.answers_ambiguous, "answers_dropped": self.answers_dropped}
 
     def summary(self) -> str:
         sk = ", ".join(f"{k}: {v}" for k, v in sorted(self.skipped.items())) or "none"
-        head = f"{self.source}: {self.kept}/{self.questions} questions kept ({self.unanswerable} unanswerable); " \
+        unl = f", {self.unlabelled} of them unlabelled: no answers given" if self.unlabelled else ""
+        head = f"{self.source}: {self.kept}/{self.questions} questions kept ({self.unanswerable} unanswerable{unl}); " \
                f"skipped: {sk}"
         if not self.answers:  # predict / reference modes do not check answer spans
             return head
@@ -218,6 +221,7 @@ def _read_qa(qa: Any, where: str, context: Optional[str], title: str, report: MR
     texts = _answer_texts(answers, where, report)
     if not texts and not answers:  # SQuAD-1-style file without is_impossible and no answers
         ex.is_impossible = True
+        report.unlabelled += "answers" not in qa and "is_impossible" not in qa
         return ex
     if all(t == "" for t, _ in texts) and texts:  # unanswerable written as one empty answer
         ex.is_impossible = True
