@@ -656,3 +656,43 @@ def test_length_bonuses_are_decoding_settings_whose_names_parse_back(tmp_path):
     for bad in ("0,-1", "x"):
         r = subprocess.run(cmd + ["--length-bonuses", bad], capture_output=True, text=True, timeout=300)
         assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("--length-bonuses:")
+
+
+def test_oof_breakdown_by_reference_start_and_answer_kind(tmp_path):
+    """recipes/mrc_oof_breakdown.py on the 8-question checklist fixture and a hand-made cv.json: the answerable
+    questions bucketed by where their reference starts, and each given answer classed against its reference."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    data = os.path.join(root, "tests", "fixtures", "mrc", "checklist_demo_cut.json")
+    qs = [  # (qid, answer, f1): references start at 0, 12, 31 and 5
+        ("e0285179a076cfb1e667042de441d1b5", "孕妇吃扁桃仁", 0.2),  # inside its long reference, which opens the passage
+        ("18a3b2d75e9bd76ca023b87b65093552", "不要饮酒", 1.0),  # exact
+        ("d54766c666c86ef8087f68192981cf2a", "no answer", 0.0),  # declined
+        ("a4514bb2f8d2b143115751b1979a55cf", "耳东兔子的《暗格里的秘密》", 0.6),  # contains its reference
+        ("eae7af70dc9645c8ceeb3eac6e241160", "no answer", 1.0),  # unanswerable questions are not counted
+        ("0f3d16c6241f28fbabad2d1e5f4d6a16", "心脏", 0.0)]
+    cv = tmp_path / "cv.json"
+    cv.write_text(json.dumps({"best": "fused", "reports": [
+        {"label": "fused", "questions": [{"qid": q, "answer": a, "f1": f} for q, a, f in qs]}]}), encoding="utf-8")
+    script = os.path.join(root, "recipes", "mrc_oof_breakdown.py")
+    r = subprocess.run([sys.executable, script, str(cv), "--data", data], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = {ln.split()[0]: ln.split()[1:] for ln in r.stdout.splitlines()[2:6]}
+    assert rows == {"0-4": ["1", "1", "20.0", "65.0"], "5-19": ["2", "2", "80.0", "6.0"],
+                    "20-99": ["1", "0", "0.0", "64.0"], "100+": ["0", "0", "0.0", "0.0"]}, r.stdout
+    assert "4 answerable questions" in r.stdout
+    kinds = {" ".join(ln.split()[:-3]): ln.split()[-3] for ln in r.stdout.splitlines()[7:]}
+    assert kinds == {"exact": "1", "inside a longer reference": "1", "contains a reference": "1",
+                     "overlaps in part": "0", "wrong": "0"}, r.stdout
+    # a run over questions the data file does not hold: one line, exit 2
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"best": "fused", "reports": [
+        {"label": "fused", "questions": [{"qid": "nope", "answer": "x", "f1": 0.0}]}]}), encoding="utf-8")
+    bad = subprocess.run([sys.executable, script, str(other), "--data", data], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("mrc_oof_breakdown: --data") \
+        and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
