@@ -287,6 +287,21 @@ def test_the_cross_validation_recipe_end_to_end(tmp_path):
     assert fits and all(f["features"][-3:] == ["q_asks_how", "q_asks_yes_no", "q_asks_entity"] for f in fits)
     badf = subprocess.run(cmd + ["--fused-features", "null_diff,titel"], capture_output=True, text=True, timeout=300)
     assert badf.returncode == 2 and badf.stderr.strip().splitlines()[-1].startswith("--fused-features: 'null_diff,titel'")
+    # recipes/mrc_final_vs_folds.py: the final model and each fold model under the final model's settings
+    check = [sys.executable, os.path.join(os.path.dirname(cmd[1]), "mrc_final_vs_folds.py"), str(out),
+             "--data", cmd[cmd.index("--data") + 1], "--threads", "1"]
+    fv = subprocess.run(check, capture_output=True, text=True, timeout=300)
+    assert fv.returncode == 0, fv.stderr[-2000:]
+    rows = {ln.split()[0]: ln.split()[1:] for ln in fv.stdout.splitlines()[2:]}
+    assert set(rows) == {"final", "fold0", "fold1"} and "8 questions (4 answerable)" in fv.stdout, fv.stdout
+    assert all(int(r[0]) == int(r[1]) + int(r[2]) and 0 <= float(r[4]) <= 100 for r in rows.values())
+    same = subprocess.run(check + ["--model", str(out / "fold0")], capture_output=True, text=True, timeout=300)
+    srows = {ln.split()[0]: ln.split()[1:] for ln in same.stdout.splitlines()[2:]}
+    assert srows["final"] == srows["fold0"], same.stdout  # one model under one set of settings: one row
+    nofold = subprocess.run(check[:2] + [str(tmp_path), "--data", check[4]], capture_output=True, text=True,
+                            timeout=300)
+    assert nofold.returncode == 2 and nofold.stderr.strip().startswith("mrc_final_vs_folds: ") \
+        and len(nofold.stderr.strip().splitlines()) == 1, nofold.stderr
 
 
 def test_the_recipes_folds_split_between_processes(tmp_path):
