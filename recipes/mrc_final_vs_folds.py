@@ -25,7 +25,11 @@ import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, HERE)
+
+from mrc_paired_compare import run_as_script  # noqa: E402
 
 from bertfam.errors import BertfamError  # noqa: E402
 
@@ -78,7 +82,6 @@ def questions(args) -> tuple[list, str]:
         return exs, args.data
     import json
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from mrc_checklist_cv import fit_extra_examples
 
     cv = os.path.join(args.run, "cv.json")
@@ -134,10 +137,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except SystemExit as e:
-        if isinstance(e.code, str):
-            print(f"mrc_final_vs_folds: {e.code}", file=sys.stderr)
-            sys.exit(2)
-        raise
+    run_as_script(main, "mrc_final_vs_folds")

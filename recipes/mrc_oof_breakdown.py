@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
-from mrc_paired_compare import chosen_report  # noqa: E402
+from mrc_paired_compare import chosen_report, run_as_script  # noqa: E402
 
 from bertfam.errors import BertfamError  # noqa: E402
 
@@ -102,10 +102,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except SystemExit as e:
-        if isinstance(e.code, str):
-            print(f"mrc_oof_breakdown: {e.code}", file=sys.stderr)
-            sys.exit(2)
-        raise
+    run_as_script(main, "mrc_oof_breakdown")

@@ -82,11 +82,17 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def run_as_script(main, prog: str = "") -> None:
+    """sys.exit(main()), where a SystemExit with a message (a bad file, option or run) becomes that one line on
+    stderr, after "prog: " when prog is given, and exit code 2 (the recipes' convention)."""
     try:
         sys.exit(main())
     except SystemExit as e:
         if isinstance(e.code, str):
-            print(e.code, file=sys.stderr)
+            print(f"{prog}: {e.code}" if prog else e.code, file=sys.stderr)
             sys.exit(2)
         raise
+
+
+if __name__ == "__main__":
+    run_as_script(main)
