@@ -142,6 +142,61 @@ def test_tune_on_raw_verifier_rules(rule):
     assert both["dev_f1"] < 100.0 and both["verifier_threshold"] == -1.0
 
 
+def _pair_by_pair(raw, exs, rule, start=(0.0, 0.5, -1.0)):
+    """The grid search one threshold triple at a time (how tune_on_raw searched before it scored a whole
+    (null, answerable) grid at once): the reference its choice must equal, ties and order included."""
+    from bertfam.evaluation.dureader import Reference, score_one
+    from bertfam.tasks.mrc.decoding import NO_ANSWER
+
+    refs = [Reference(e.answer_texts, e.is_impossible, e.qtype) for e in exs]
+    ans = np.array([score_one(f, r.best.text if r.nbest else NO_ANSWER) for f, r in zip(refs, raw)])
+    non = np.array([score_one(f, NO_ANSWER) for f in refs])
+    diffs = np.array([r.null_diff if r.nbest else -np.inf for r in raw])
+    probs = np.array([r.p_answerable for r in raw])
+    rels = np.array([r.relevance if rule in ("verifier", "all") else 1.0 for r in raw])
+    fin = diffs[np.isfinite(diffs)]
+    ng = np.unique(np.concatenate([[-1e9, 0.0], np.quantile(fin, np.linspace(0, 1, 41)) - 1e-6]))
+    ag = np.round(np.linspace(0.0, 0.95, 20), 2)
+    vg = (np.unique(np.concatenate([[-1.0], np.clip(np.quantile(rels, np.linspace(0, 1, 21)) - 1e-6, -1, 1)]))
+          if rule in ("verifier", "all") else np.array([-1.0]))
+    ng = np.array([-1e9]) if rule in ("cls", "verifier") else ng
+    ag = np.array([0.0]) if rule in ("null", "verifier") else ag
+
+    def score(tn, ta, tv):
+        a = (diffs > tn) & (probs >= ta) & (rels >= tv)
+        return (float(np.where(a, ans[:, 0], non[:, 0]).mean()), float(np.where(a, ans[:, 1], non[:, 1]).mean()))
+
+    best = (score(*start), *start) if rule in ("both", "all") else ((-1.0, -1.0), 0.0, 0.0, -1.0)
+    for tv in vg:
+        for tn in ng:
+            for ta in ag:
+                s = score(float(tn), float(ta), float(tv))
+                if s > best[0]:
+                    best = (s, float(tn), float(ta), float(tv))
+    return best
+
+
+@pytest.mark.parametrize("rule", ["both", "null", "cls", "verifier", "all"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tune_on_raw_chooses_as_a_pair_by_pair_search(rule, seed):
+    """The whole-grid search picks the very thresholds a one-at-a-time search picks: on random questions
+    whose scores tie often (few distinct values), with right, partly right and wrong spans."""
+    rng = np.random.default_rng(seed)
+    exs, raw = [], []
+    for i in range(60):
+        impossible = rng.random() < 0.5
+        exs.append(MRCExample(f"q{i}", "q", "甲乙丙丁戊己", is_impossible=impossible,
+                              answers=[] if impossible else [MRCAnswer("乙丙丁", 1)]))
+        text = ["乙丙丁", "丙丁", "甲", "戊己"][rng.integers(4)]
+        raw.append(_raw(text, float(rng.integers(-3, 4)), float(rng.choice([0.1, 0.4, 0.5, 0.9])),
+                        float(rng.choice([-0.2, 0.3, 0.6]))))
+    raw[0] = RawScores((), -np.inf, 0.2, 0.1)  # a question without any span
+    (f1, em), tn, ta, tv = _pair_by_pair(raw, exs, rule)
+    t = tune_on_raw(raw, exs, 0.0, 0.5, rule=rule, verifier_threshold=-1.0)
+    assert (t["null_threshold"], t["answerable_threshold"], t["verifier_threshold"]) == (tn, ta, tv)
+    assert (t["dev_f1"], t["dev_em"]) == (100 * f1, 100 * em)
+
+
 def test_tune_on_raw_verifier_rules_need_relevance():
     exs, raw = _tuning_case()
     raw[2] = dataclasses.replace(raw[2], relevance=None)

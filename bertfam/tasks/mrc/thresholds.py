@@ -76,11 +76,16 @@ def tune_on_raw(raws: Sequence[RawScores], examples: Sequence, null_threshold: f
     best = ((before, null_threshold, answerable_threshold, start_v) if rule in ("both", "all")
             else ((-1.0, -1.0), 0.0, 0.0, -1.0))
     for tv in ver_grid:
-        for tn in null_grid:
-            for ta in ans_grid:
-                s = score(float(tn), float(ta), float(tv))
-                if s > best[0]:
-                    best = (s, float(tn), float(ta), float(tv))
+        # every (null, answerable) pair of the grid at once, rows in the order tn then ta; the first pair of the
+        # best (F1, EM) is taken, and it replaces `best` only when strictly better: a pair-by-pair loop's choice
+        answered = (diffs > null_grid[:, None, None]) & (probs >= ans_grid[None, :, None]) & (rels >= tv)  # (n, a, N)
+        f1 = np.where(answered, f1a, f1n).mean(-1).ravel()  # (n * a,)
+        em = np.where(answered, ema, emn).mean(-1).ravel()
+        top = np.flatnonzero(f1 == f1.max())
+        j = int(top[np.argmax(em[top])])
+        s = (float(f1[j]), float(em[j]))
+        if s > best[0]:
+            best = (s, float(null_grid[j // ans_grid.size]), float(ans_grid[j % ans_grid.size]), float(tv))
     (f1, em), tn, ta, tv = best
     return {"null_threshold": tn, "answerable_threshold": ta, "verifier_threshold": tv,
             "dev_f1": 100 * f1, "dev_em": 100 * em,
