@@ -8,6 +8,15 @@ from torch import nn
 from ..config import ModelConfig
 
 
+def embedding(num: int, dim: int, padding_idx: Optional[int] = None) -> nn.Embedding:
+    """nn.Embedding, built without its own N(0, 1) init on the meta device (from_pretrained builds there and
+    loads every row): on meta that init runs a Python reference of normal_ that imports torch._dynamo, about
+    1.3 s of every process that loads a model. Elsewhere it is nn.Embedding as it is (init_weights redoes it)."""
+    if torch.empty(0).is_meta:  # the default device (a `with torch.device("meta")` block)
+        return nn.Embedding(num, dim, padding_idx=padding_idx, _weight=torch.empty(num, dim))
+    return nn.Embedding(num, dim, padding_idx=padding_idx)
+
+
 class Embeddings(nn.Module):
     """token + segment + learned position (+ ERNIE task type), summed, LayerNorm, dropout.
 
@@ -19,12 +28,12 @@ class Embeddings(nn.Module):
         super().__init__()
         E = cfg.emb_size
         self.cfg = cfg
-        self.word = nn.Embedding(cfg.vocab_size, E, padding_idx=cfg.pad_token_id)
+        self.word = embedding(cfg.vocab_size, E, padding_idx=cfg.pad_token_id)
         # RoBERTa keeps a padding row in the position table too
-        self.position = nn.Embedding(cfg.max_position_embeddings, E,
-                                     padding_idx=cfg.pad_token_id if cfg.position_offset else None)
-        self.token_type = nn.Embedding(cfg.type_vocab_size, E) if cfg.type_vocab_size > 0 else None
-        self.task_type = nn.Embedding(cfg.task_type_vocab_size, E) if cfg.use_task_id else None
+        self.position = embedding(cfg.max_position_embeddings, E,
+                                  padding_idx=cfg.pad_token_id if cfg.position_offset else None)
+        self.token_type = embedding(cfg.type_vocab_size, E) if cfg.type_vocab_size > 0 else None
+        self.task_type = embedding(cfg.task_type_vocab_size, E) if cfg.use_task_id else None
         self.norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.project = nn.Linear(E, cfg.hidden_size) if E != cfg.hidden_size else None

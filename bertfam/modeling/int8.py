@@ -164,7 +164,10 @@ def record_quantization(model: nn.Module, modules: Sequence[str], method: Option
 
 def quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8 per row: (R, C) float -> int8 (R, C) and float32 scales (R,), w ~ q * scale[:, None].
-    A zero row gets scale 1 (all its codes are 0)."""
+    A zero row gets scale 1 (all its codes are 0). On the meta device (a model built to be loaded into) only the
+    shapes: the rounding there runs Python references that import torch._dynamo, ~1.3 s of a process."""
+    if w.is_meta:
+        return torch.empty(w.shape, dtype=torch.int8, device="meta"), torch.empty(w.shape[0], device="meta")
     w = w.detach().float()
     amax = w.abs().amax(dim=1)  # (R,)
     scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))  # (R,)

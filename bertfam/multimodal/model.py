@@ -21,6 +21,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import ConfigError
 from ..modeling.attention import extended_mask
+from ..modeling.embeddings import embedding
 from ..modeling.layout import EncoderOutput
 from ..modeling.model import ModelOutput, TaskModel
 from .config import CONFIG_NAME, MultimodalConfig
@@ -39,8 +40,8 @@ class FeatureAdapter(nn.Module):
         E = cfg.emb_size
         self.mm = mm
         self.projection = nn.Linear(mm.feature_dim, E)
-        self.token_type = nn.Embedding(max(cfg.type_vocab_size, mm.feature_type_id + 1), E)
-        self.position = nn.Embedding(mm.max_features, E)
+        self.token_type = embedding(max(cfg.type_vocab_size, mm.feature_type_id + 1), E)
+        self.position = embedding(mm.max_features, E)
         self.box = nn.Linear(mm.box_dim, E) if mm.box_dim else None
 
     def forward(self, features: torch.Tensor, boxes: Optional[torch.Tensor] = None,
