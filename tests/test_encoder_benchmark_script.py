@@ -1,6 +1,8 @@
 """benchmarks/encoder_throughput.py (`make bench`) runs for ~40 minutes, so it is not part of the suite; this
-smoke test runs every case and engine once on bert-tiny so that the script cannot rot in between (its
-training case once crashed with a NameError that no test saw).
+smoke test runs every engine once on bert-tiny, in three of the five cases (mixed lengths up to 128, full
+512, training), so that the script cannot rot in between (its training case once crashed with a NameError
+that no test saw). The two cases left out run the same code on other batch shapes (each case is one worker
+process of ~10 s, mostly imports and engine loading); their batches are checked below.
 
 The OpenVINO engines need the optional `bench` extra (openvino, nncf): without it they must be reported
 unavailable (with why), never crash the run, and their assertions are skipped. bertfam's int8 engines (dynamic,
@@ -14,7 +16,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = {"infer 16-128", "infer full 128", "train MLM 16-128", "infer 16-512", "infer full 512"}
+CASES = {"infer 16-128", "train MLM 16-128", "infer full 512"}  # the smoke run's (module docstring)
 CORE_INFER = {"transformers", "transformers-int8", "onnxruntime", "onnxruntime-int8", "bertfam"}
 OPENVINO = {"openvino", "openvino-int8w", "openvino-int8"}
 
@@ -28,7 +30,8 @@ def bench(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "encoder_throughput.py"), "--models", "bert-tiny",
            "--scale", "0.25", "--reps", "1", "--min-rep-s", "0", "--threads", "1", "--no-memory",
-           "--ceiling-scale", "0.0625", "--out-dir", str(out), "--workdir", str(out / "work")]
+           "--ceiling-scale", "0.0625", "--out-dir", str(out), "--workdir", str(out / "work"),
+           "--cases", ",".join(sorted(CASES))]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
                        env=dict(os.environ, PYTHONWARNINGS="ignore"))
     assert r.returncode == 0, r.stderr[-3000:]
@@ -61,6 +64,22 @@ def test_cpu_family_is_read_from_cpuinfo(tmp_path):
     f.write_text("processor\t: 0\nmodel name\t: some ARM\n")
     assert cpu_family(str(f)) is None
     assert cpu_family(str(tmp_path / "missing")) is None
+
+
+def test_every_case_makes_its_batches():
+    """The five cases' batches (the smoke run times three): lengths in the case's range, full cases unpadded,
+    the batch size and count of the case's row at scale 1."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from bench import cases
+
+    assert CASES < set(cases.CASES) and len(cases.CASES) == 5
+    for name, (kind, B, lo, hi, n) in cases.CASES.items():
+        batches = cases.make_batches(name, 1000)
+        assert len(batches) == n and all(len(b["input_ids"]) == B for b in batches), name
+        lengths = [int(x) for b in batches for x in b["attention_mask"].sum(1)]
+        assert lo <= min(lengths) and max(lengths) <= hi, (name, lengths)
+        assert (min(lengths) == max(lengths) == hi) == (lo == hi), name
+        assert all(b["input_ids"].shape[1] == max(b["attention_mask"].sum(1)) for b in batches), name
 
 
 def test_encoder_benchmark_smoke(bench):

@@ -62,7 +62,8 @@ def worker_time(args) -> dict:
     for r in range(args.reps):
         order = engines[r % len(engines):] + engines[:r % len(engines)]
         for e in order:
-            time.sleep(0.2)  # let the other engine's spinning threads go to sleep
+            if args.threads > 1:  # let the other engine's spinning threads go to sleep (one thread: none)
+                time.sleep(0.2)
             # a short case (bert-mini: ~0.1 s a pass) is passed over repeatedly for at least --min-rep-s,
             # so one repetition is not one noisy sample of a few milliseconds
             t0, passes = time.perf_counter(), 0
