@@ -20,8 +20,9 @@ bertfam and converted with bertfam.convert.hf.export_hf, so every engine runs th
    BertForMaskedLM, both fed the same batches from bertfam's PretrainCollator (15 % token masking);
 4. peak resident memory of each engine per case, each in its own subprocess (ru_maxrss), also as growth
    over the process's RSS once its libraries are imported.
-Also the machine's fp32 matmul ceiling (torch, GFLOP/s) and int8 GEMM ceiling (torch's dynamic-quantized
-linear, torch.ops.quantized.linear_dynamic, GOP/s), and each result as a fraction of both (model FLOPs of
+Also the machine's fp32 matmul ceiling (GFLOP/s) and int8 GEMM ceiling (GOP/s), each product on the faster
+of two kernels (torch's matmul or oneDNN's prepacked linear; torch's dynamic-quantized linear or oneDNN's
+static int8 linear: bench/probes.py), and each result as a fraction of both (model FLOPs of
 real tokens only: 2 x linear MACs + attention; x3 for training; the MLM head is not counted); int8 engines
 are read against the int8 ceiling, fp32 ones against the fp32 ceiling. Ratios: to transformers fp32 (×HF),
 and bertfam's to the fastest other engine of its precision (×best peer).
@@ -166,10 +167,11 @@ def main() -> int:
     print(f"threads {args.threads}, reps {args.reps}, load average at start {load_start[0]:.1f}; idle threads "
           f"{'spin' if args.spin else 'sleep'} ({why})", flush=True)
     ceiling = run_job(args, "ceiling")
-    print(f"fp32 matmul ceiling (torch): {ceiling['ceiling']:.1f} GFLOP/s "
-          + ", ".join(f"{k} {v:.1f}" for k, v in ceiling["gflops"].items()), flush=True)
-    print(f"int8 GEMM ceiling (torch quantized::linear_dynamic): {ceiling['int8_ceiling']:.1f} GOP/s "
-          + ", ".join(f"{k} {v:.1f}" for k, v in ceiling["int8_gops"].items()), flush=True)
+    print(f"fp32 matmul ceiling (faster of torch's matmul, oneDNN's linear): {ceiling['ceiling']:.1f} GFLOP/s "
+          + ", ".join(f"{k} {v:.1f} {ceiling['fp32_kernels'][k]}" for k, v in ceiling["gflops"].items()), flush=True)
+    print(f"int8 GEMM ceiling (faster of torch's dynamic linear, oneDNN's static): {ceiling['int8_ceiling']:.1f} "
+          "GOP/s " + ", ".join(f"{k} {v:.1f} {ceiling['int8_kernels'][k]}" for k, v in ceiling["int8_gops"].items()),
+          flush=True)
     results = {"ceiling": ceiling, "models": {}, "args": vars(args),
                "environment": dict(environment(args.threads, args.spin), wait_policy=why),
                "engine_labels": {e: E.LABELS[e] for e in requested},

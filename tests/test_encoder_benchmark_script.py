@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -115,6 +116,11 @@ def test_encoder_benchmark_ceilings(bench):
     res, md, out = bench
     c = res["ceiling"]
     assert c["ceiling"] > 0 and c["int8_ceiling"] > 0 and "128x1024x1024" in c["int8_gops"]
+    # each product's rate names the faster kernel it came from, and the report says so
+    assert set(c["fp32_kernels"]) == set(c["gflops"]) and set(c["fp32_kernels"].values()) <= {"matmul", "onednn"}
+    assert set(c["int8_kernels"]) == set(c["int8_gops"])
+    assert set(c["int8_kernels"].values()) <= {"dynamic", "onednn-static"}
+    assert "faster of torch's matmul and oneDNN's linear" in md and "`onednn.qlinear_pointwise`" in md
     for name, case in res["models"]["bert-tiny"]["cases"].items():
         assert case["ceiling"] > 0
         assert (case.get("int8_ceiling", 0) > 0) == name.startswith("infer")
@@ -151,3 +157,44 @@ def test_encoder_benchmark_bertfam_int8(bench, engine):
     assert f"| {engine} |" in md
     if engine == "bertfam-int8-static":  # calibrated on the batches nncf.quantize gets, saved, loaded back
         assert model["engines"][engine]["calibration_batches"] > 0
+
+
+def test_a_ceiling_is_the_faster_kernel_and_a_failing_kernel_is_left_out():
+    """probes._rates times each kernel of a product and drops one that raises (an op this CPU cannot run);
+    the ceiling is the faster one's rate. The kernels compute the same product (oneDNN's against torch's)."""
+    import torch
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from bench import probes
+
+    def slow():
+        time.sleep(0.01)
+
+    def boom():
+        raise RuntimeError("no such kernel here")
+
+    rates = probes._rates({"slow": slow, "fast": lambda: None, "broken": boom}, 1.0, 2, 0, True)
+    assert set(rates) == {"slow", "fast"} and rates["fast"] > rates["slow"]
+    assert probes._best_kernel(rates)[0] == "fast"
+    fns = probes.fp32_kernels(8, 16, 4)
+    outs = {name: fn() for name, fn in fns.items()}
+    assert "matmul" in outs and all(o.shape == (8, 4) for o in outs.values())
+    if "onednn" in outs:
+        assert torch.allclose(outs["onednn"], outs["matmul"], atol=1e-4)
+    assert set(probes.int8_kernels(8, 16, 4)) >= {"dynamic"}
+    assert probes.matmul_gflops(16, 16, 16, reps=1) > 0 and probes.int8_gops(16, 16, 16, reps=1) > 0
+
+
+def test_old_results_without_kernel_names_render_as_before():
+    """A results JSON written before the ceilings compared kernels renders with the old wording."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from bench.report import ceiling_sentence
+
+    old = {"ceiling": 180.0, "gflops": {"1024x768x3072": 180.0}, "int8_ceiling": 300.0,
+           "int8_gops": {"2048x1024x1024": 300.0}}
+    line = ceiling_sentence(old, {"torch_quantized_engine": "x86"}, True)
+    assert line.startswith("fp32 matmul ceiling measured in this run (torch): **180.0 GFLOP/s**")
+    assert "`torch.ops.quantized.linear_dynamic`" in line and "onednn" not in line
+    new = dict(old, fp32_kernels={"1024x768x3072": "onednn"}, int8_kernels={"2048x1024x1024": "onednn-static"})
+    line = ceiling_sentence(new, {}, True)
+    assert "(1024x768x3072: 180.0 onednn)" in line and "(2048x1024x1024: 300.0 onednn-static)" in line

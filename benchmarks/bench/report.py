@@ -12,6 +12,28 @@ from .cases import CASES, batch_size
 from .worker import QUIET_LOAD, SAMPLE_S
 
 
+def ceiling_sentence(c: dict, env: dict, has_int8: bool) -> str:
+    """The report's ceiling line: each product's rate and, for runs that chose between kernels
+    (probes.ceilings), the kernel that gave it."""
+    def rates(values: dict, kernels: dict) -> str:
+        return ", ".join(f"{k}: {v:.1f}" + (f" {kernels[k]}" if k in kernels else "") for k, v in values.items())
+
+    if "fp32_kernels" not in c:  # a run from before the kernels were compared: torch's default kernels only
+        fp32 = "fp32 matmul ceiling measured in this run (torch)"
+        int8 = (f"int8 GEMM ceiling (torch's dynamic-quantized linear, `torch.ops.quantized.linear_dynamic`, "
+                f"{env.get('torch_quantized_engine', 'x86')} backend, activation quantization included)")
+    else:
+        fp32 = ("fp32 matmul ceiling measured in this run (per product the faster of torch's matmul and "
+                "oneDNN's linear on a prepacked weight, `matmul` / `onednn`)")
+        int8 = ("int8 GEMM ceiling (per product the faster of torch's dynamic-quantized linear, "
+                f"`quantized.linear_dynamic`, {env.get('torch_quantized_engine', 'x86')} backend, activation "
+                "quantization included, and oneDNN's static int8 linear on uint8 codes, `onednn.qlinear_pointwise`, "
+                "as bertfam's static int8 projections run it: `dynamic` / `onednn-static`)")
+    return (f"{fp32}: **{c['ceiling']:.1f} GFLOP/s** ({rates(c['gflops'], c.get('fp32_kernels', {}))})"
+            + (f"; {int8}: **{c['int8_ceiling']:.1f} GOP/s** ({rates(c['int8_gops'], c.get('int8_kernels', {}))})"
+               if has_int8 else "") + ".")
+
+
 def shared(load_average: dict, threads: int, busy: dict | None = None) -> bool:
     """Whether other jobs ran beside the benchmark. With `busy` (the /proc/stat samples of other processes'
     work taken at start and, in a finished run, at end: worker.machine_busy): any sample of QUIET_LOAD cores
@@ -89,12 +111,7 @@ def markdown(results: dict) -> str:
            if shared(la, env["threads"], results.get("busy_cores")) else "the machine was quiet."), "",
         *(["**Partial results: the run was still going or was interrupted.**", ""] if not results.get("complete")
           else []),
-        f"fp32 matmul ceiling measured in this run (torch): **{c['ceiling']:.1f} GFLOP/s** ("
-        + ", ".join(f"{k}: {v:.1f}" for k, v in c["gflops"].items()) + ")"
-        + (f"; int8 GEMM ceiling (torch's dynamic-quantized linear, `torch.ops.quantized.linear_dynamic`, "
-           f"{env.get('torch_quantized_engine', 'x86')} backend, activation quantization included): "
-           f"**{c['int8_ceiling']:.1f} GOP/s** ("
-           + ", ".join(f"{k}: {v:.1f}" for k, v in c["int8_gops"].items()) + ")" if has_int8 else "") + ".", "",
+        ceiling_sentence(c, env, has_int8), "",
         *(["**% ceiling above 100 %: this run divided by the ceiling measured once at its start, under more load "
            "than the later cases saw; read those columns as relative only.** (Newer runs measure the ceiling "
            "between the repetitions of every case.)", ""]
@@ -105,8 +122,9 @@ def markdown(results: dict) -> str:
         f"until {results['args'].get('min_rep_s', 0):g} s have gone by), [min-max] beside it; ×HF = ratio to "
         "transformers fp32; ×best peer (bertfam rows) = ratio to the fastest other engine of the same precision "
         "(named); % fp32 / % int8 = useful model FLOP/s (real tokens only) over the fp32 matmul ceiling "
-        "(GFLOP/s of a 1024x768x3072 matmul) and over the int8 GEMM ceiling (GOP/s of torch's dynamic int8 "
-        "linear on 2048x1024x1024), each the best rate measured between the case's repetitions and shown after "
+        "(GFLOP/s of a 1024x768x3072 product) and over the int8 GEMM ceiling (GOP/s of a 2048x1024x1024 "
+        "product; each on the faster of its two kernels, as above), each the best rate measured between the "
+        "case's repetitions and shown after "
         "the case name; **bold** = the ceiling of the engine's own precision. An int8 engine still runs "
         "attention, softmax, LayerNorm and GELU in fp32, and onnxruntime / OpenVINO use their own int8 kernels, "
         "so % int8 is a yardstick, not a bound. bound = padded tokens / real tokens of the case's batches: the "
