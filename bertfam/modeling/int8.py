@@ -167,7 +167,8 @@ def quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     A zero row gets scale 1 (all its codes are 0). On the meta device (a model built to be loaded into) only the
     shapes: the rounding there runs Python references that import torch._dynamo, ~1.3 s of a process."""
     if w.is_meta:
-        return torch.empty(w.shape, dtype=torch.int8, device="meta"), torch.empty(w.shape[0], device="meta")
+        return (torch.empty(w.shape, dtype=torch.int8, device="meta"),
+                torch.empty(w.shape[0], dtype=torch.float32, device="meta"))
     w = w.detach().float()
     amax = w.abs().amax(dim=1)  # (R,)
     scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))  # (R,)
