@@ -198,6 +198,9 @@ def main() -> int:
                 row["unavailable"].update(t.get("unavailable", {}))
             for e, ts in t["times"].items():
                 s = report.summarize(ts, t["real_tokens"])
+                # per repetition, in order: the engines of one repetition ran back to back, so ratios of
+                # these pair up (report.paired_peer) and the machine's drift between repetitions cancels
+                s["rates"] = [t["real_tokens"] / x for x in ts]
                 s["precision"] = "int8" if E.is_int8(e) else "fp32"
                 # against the ceilings measured between this case's repetitions (the load drifts between cases)
                 rate = t["flops"] / statistics.median(ts) / 1e9

@@ -110,6 +110,9 @@ def test_encoder_benchmark_smoke(bench):
         assert 0 < model["engines"][e]["max_abs_diff_vs_hf"] < 0.5, e
     assert model["engines"]["onnxruntime-int8"]["int8_matmuls"] >= 12  # 2 layers x 6 linear layers
     assert "train MLM 16-128" in md and "transformers-int8" in md
+    # one rate per repetition is kept, so the report pairs bertfam with its best peer repetition by repetition
+    assert all(len(eng["rates"]) == 1 for case in cases.values() for eng in case["engines"].values())
+    assert "; paired " in md
 
 
 def test_encoder_benchmark_ceilings(bench):
@@ -198,3 +201,46 @@ def test_old_results_without_kernel_names_render_as_before():
     new = dict(old, fp32_kernels={"1024x768x3072": "onednn"}, int8_kernels={"2048x1024x1024": "onednn-static"})
     line = ceiling_sentence(new, {}, True)
     assert "(1024x768x3072: 180.0 onednn)" in line and "(2048x1024x1024: 300.0 onednn-static)" in line
+
+
+def test_paired_ratio_compares_within_each_repetition():
+    """A slow spell of the machine halves both engines' rates from the second repetition on: the ratio of
+    medians (52 / 50) mixes repetitions, the paired ratio is each repetition's own."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from bench.report import best_peer, format_row, paired_peer, peer_text
+
+    def eng(rates):
+        return {"median": sorted(rates)[len(rates) // 2], "min": min(rates), "max": max(rates), "rates": rates}
+
+    row = {"engines": {"transformers": eng([80.0, 41.0, 40.0]), "onnxruntime": eng([95.0, 50.0, 48.0]),
+                       "bertfam": eng([100.0, 52.0, 50.0])}}
+    assert best_peer(row, "bertfam") == (52.0 / 50.0, "onnxruntime")
+    med, lo, hi = paired_peer(row, "bertfam")
+    assert (med, lo, hi) == (50 / 48, 52 / 50, 100 / 95)
+    assert peer_text(row, "bertfam") == "1.04 (onnxruntime); paired 1.04 [1.04-1.05]"
+    assert "[1.04x onnxruntime; paired 1.04x [1.04-1.05]]" in format_row("m", "c", row)
+    assert paired_peer(row, "onnxruntime") is None and peer_text(row, "transformers") == ""
+    # results written before rates were kept (or with a rate missing) show the plain ratio only
+    old = {"engines": {e: {k: v for k, v in s.items() if k != "rates"} for e, s in row["engines"].items()}}
+    assert paired_peer(old, "bertfam") is None and peer_text(old, "bertfam") == "1.04 (onnxruntime)"
+    row["engines"]["onnxruntime"]["rates"] = [95.0, 50.0]
+    assert paired_peer(row, "bertfam") is None
+
+
+def test_a_page_links_the_other_cpu_kinds_pages(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from bench.report import other_pages, others_sentence
+
+    zen4 = {"cpu": "AMD EPYC", "cpu_family": 25, "simd": ["avx", "avx2", "avx512f", "avx512_vnni", "avx512bw"]}
+    for stem, env in (("benchmarks", {"cpu": "AMD EPYC", "simd": ["avx2"]}), ("benchmarks-epyc-zen4-avx512", zen4)):
+        (tmp_path / f"{stem}.json").write_text(json.dumps({"environment": env}))
+        (tmp_path / f"{stem}.md").write_text("page")
+    (tmp_path / "benchmarks-broken.json").write_text("{not json")  # no link rather than a broken one
+    (tmp_path / "benchmarks-broken.md").write_text("page")
+    (tmp_path / "benchmarks-nopage.json").write_text(json.dumps({"environment": zen4}))  # JSON without a page
+    others = other_pages(str(tmp_path), "benchmarks")
+    assert others == [("benchmarks-epyc-zen4-avx512", zen4)]
+    line = others_sentence(others)
+    assert "[benchmarks-epyc-zen4-avx512.md](benchmarks-epyc-zen4-avx512.md) (AMD EPYC, family 25: " \
+           "avx2 avx512f avx512_vnni)" in line
+    assert others_sentence([]) == "" and other_pages(str(tmp_path / "missing"), "benchmarks") == []

@@ -70,14 +70,73 @@ def best_peer(row: dict, e: str):
     return row["engines"][e]["median"] / rate, peer
 
 
+def paired_peer(row: dict, e: str):
+    """(median, min, max) over the repetitions of e's rate over its best peer's (best_peer) in the same
+    repetition, or None (no peer, or results without per-repetition rates). Within a repetition the engines
+    run back to back, so a slow spell of the machine that spans repetitions (this run's spread) cancels in
+    the ratio; what is left is the noise of seconds, not of minutes."""
+    bp = best_peer(row, e)
+    if bp is None:
+        return None
+    a, b = row["engines"][e].get("rates"), row["engines"][bp[1]].get("rates")
+    if not a or not b or len(a) != len(b):
+        return None
+    r = sorted(x / y for x, y in zip(a, b))
+    return statistics.median(r), r[0], r[-1]
+
+
+def peer_text(row: dict, e: str, x: str = "") -> str:
+    """bertfam's ratio to its best peer, and the paired ratio where the results have one: '0.94x onnxruntime;
+    paired 0.96x [0.91-1.02]' (x = "x"), '' for an engine with no peer."""
+    bp = best_peer(row, e)
+    if bp is None:
+        return ""
+    text = f"{bp[0]:.2f}{x} ({bp[1]})" if not x else f"{bp[0]:.2f}{x} {bp[1]}"
+    pp = paired_peer(row, e)
+    return text + (f"; paired {pp[0]:.2f}{x} [{pp[1]:.2f}-{pp[2]:.2f}]" if pp else "")
+
+
+def other_pages(out_dir: str, own: str) -> list:
+    """[(stem, environment)] of the other CPU kinds' pages in out_dir (their results JSONs), by name."""
+    found = []
+    for name in sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []:
+        stem = name[:-len(".json")]
+        if not (name.startswith("benchmarks") and name.endswith(".json")) or stem == own \
+                or not os.path.exists(os.path.join(out_dir, stem + ".md")):
+            continue
+        try:
+            with open(os.path.join(out_dir, name), encoding="utf-8") as f:
+                env = json.load(f).get("environment", {})
+        except (OSError, ValueError, AttributeError):
+            continue  # not a results file: no link rather than a broken one
+        found.append((stem, env))
+    return found
+
+
+NOTABLE_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
+
+
+def others_sentence(others: list) -> str:
+    """'Other CPU kinds: [page.md](page.md) (AMD EPYC, family 25: avx2 avx512f ...); ...' or ''."""
+    if not others:
+        return ""
+    parts = []
+    for stem, env in others:
+        flags = " ".join(f for f in NOTABLE_FLAGS if f in env.get("simd", []))
+        fam = f", family {env['cpu_family']}" if env.get("cpu_family") is not None else ""
+        parts.append(f"[{stem}.md]({stem}.md) ({env.get('cpu', '?')}{fam}" + (f": {flags}" if flags else "") + ")")
+    return "Other CPU kinds measured (each its own page, never overwritten by a run on another kind): " \
+        + "; ".join(parts) + "."
+
+
 def format_row(mname: str, case: str, row: dict) -> str:
     e = row["engines"]
     hf = e.get("transformers", {}).get("median")
     parts = [f"{mname:9s} {case:17s}"]
     for name, s in e.items():
         ratio = f" ({s['median'] / hf:.2f}x)" if hf and name != "transformers" else ""
-        bp = best_peer(row, name)
-        peer = f" [{bp[0]:.2f}x {bp[1]}]" if bp else ""
+        pt = peer_text(row, name, "x")
+        peer = f" [{pt}]" if pt else ""
         mem = f" {s['peak_mb']:.0f} MB" if "peak_mb" in s else ""
         parts.append(f"{name} {s['median']:.0f} [{s['min']:.0f}-{s['max']:.0f}]{ratio}{peer}{mem}")
     for name, why in row.get("unavailable", {}).items():
@@ -89,12 +148,14 @@ def pct(x) -> str:
     return f"{100 * x:.0f} %" if x is not None else "-"
 
 
-def markdown(results: dict) -> str:
+def markdown(results: dict, others: list = ()) -> str:
+    """The page; `others` = other_pages(...): the other CPU kinds' pages, linked under the title."""
     env, c = results["environment"], results["ceiling"]
     la = results["load_average"]
     has_int8 = "int8_ceiling" in c
     lines = [
         "# Benchmarks: bertfam vs Hugging Face transformers, onnxruntime and OpenVINO, fp32 and int8 (CPU)", "",
+        *([others_sentence(others), ""] if others else []),
         "Produced by `benchmarks/encoder_throughput.py` (`make bench`) in one run "
         f"({results['minutes']:.0f} min); {env['cpu']}"
         + (f" (family {env['cpu_family']})" if env.get("cpu_family") is not None else "") + f", {env['cores']} cores"
@@ -121,7 +182,10 @@ def markdown(results: dict) -> str:
         f"{results['args']['reps']} repetitions after a warm-up (a repetition passes over the case's batches "
         f"until {results['args'].get('min_rep_s', 0):g} s have gone by), [min-max] beside it; ×HF = ratio to "
         "transformers fp32; ×best peer (bertfam rows) = ratio to the fastest other engine of the same precision "
-        "(named); % fp32 / % int8 = useful model FLOP/s (real tokens only) over the fp32 matmul ceiling "
+        "(named), and where the results have per-repetition rates, paired = the same ratio within each repetition "
+        "(the engines of one repetition run back to back), median [min-max] over the repetitions: the "
+        "machine's slow spells, which widen each engine's spread, cancel in it; % fp32 / % int8 = useful "
+        "model FLOP/s (real tokens only) over the fp32 matmul ceiling "
         "(GFLOP/s of a 1024x768x3072 product) and over the int8 GEMM ceiling (GOP/s of a 2048x1024x1024 "
         "product; each on the faster of its two kernels, as above), each the best rate measured between the "
         "case's repetitions and shown after "
@@ -169,8 +233,7 @@ def markdown(results: dict) -> str:
             label = f"{case} ({', '.join(ceil)})" if ceil else case
             for e, s in row["engines"].items():
                 ratio = f"{s['median'] / hf:.2f}" if hf else "-"
-                bp = best_peer(row, e)
-                peer = f"{bp[0]:.2f} ({bp[1]})" if bp else "-"
+                peer = peer_text(row, e) or "-"
                 f32 = pct(s.get("fraction_of_fp32_ceiling", s["fraction_of_ceiling"]))
                 i8 = pct(s.get("fraction_of_int8_ceiling"))
                 if E.is_int8(e):
@@ -211,7 +274,7 @@ def write_outputs(results: dict, args, final: bool = True) -> None:
 
     os.makedirs(args.out_dir, exist_ok=True)
     results["complete"] = final
-    md = markdown(results)
+    md = markdown(results, other_pages(args.out_dir, stem_of(results)))
     if final:
         print("\n" + md)
     stem = os.path.join(args.out_dir, stem_of(results))
