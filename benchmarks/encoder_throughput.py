@@ -20,9 +20,10 @@ bertfam and converted with bertfam.convert.hf.export_hf, so every engine runs th
    BertForMaskedLM, both fed the same batches from bertfam's PretrainCollator (15 % token masking);
 4. peak resident memory of each engine per case, each in its own subprocess (ru_maxrss), also as growth
    over the process's RSS once its libraries are imported.
-Also the machine's fp32 matmul ceiling (GFLOP/s) and int8 GEMM ceiling (GOP/s), each product on the faster
-of two kernels (torch's matmul or oneDNN's prepacked linear; torch's dynamic-quantized linear or oneDNN's
-static int8 linear: bench/probes.py), and each result as a fraction of both (model FLOPs of
+Also the machine's fp32 matmul ceiling (GFLOP/s) and int8 GEMM ceiling (GOP/s), each product on the fastest
+kernel the engines here have (torch's matmul, oneDNN's prepacked linear or onnxruntime's MatMul; torch's
+dynamic-quantized linear, oneDNN's static int8 linear or onnxruntime's DynamicQuantizeMatMul:
+bench/probes.py), and each result as a fraction of both (model FLOPs of
 real tokens only: 2 x linear MACs + attention; x3 for training; the MLM head is not counted); int8 engines
 are read against the int8 ceiling, fp32 ones against the fp32 ceiling. Ratios: to transformers fp32 (×HF),
 and bertfam's to the fastest other engine of its precision (×best peer).

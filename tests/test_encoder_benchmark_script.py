@@ -120,10 +120,15 @@ def test_encoder_benchmark_ceilings(bench):
     c = res["ceiling"]
     assert c["ceiling"] > 0 and c["int8_ceiling"] > 0 and "128x1024x1024" in c["int8_gops"]
     # each product's rate names the faster kernel it came from, and the report says so
-    assert set(c["fp32_kernels"]) == set(c["gflops"]) and set(c["fp32_kernels"].values()) <= {"matmul", "onednn"}
+    assert set(c["fp32_kernels"]) == set(c["gflops"]) and set(c["fp32_kernels"].values()) <= {"matmul", "onednn", "onnxruntime"}
     assert set(c["int8_kernels"]) == set(c["int8_gops"])
-    assert set(c["int8_kernels"].values()) <= {"dynamic", "onednn-static"}
-    assert "faster of torch's matmul and oneDNN's linear" in md and "`onednn.qlinear_pointwise`" in md
+    assert set(c["int8_kernels"].values()) <= {"dynamic", "onednn-static", "onnxruntime-dynamic"}
+    # onnxruntime's own kernels (the onnxruntime engines') are candidates too: a peer's faster kernel is part
+    # of what the hardware can do
+    assert c["fp32_compared"] == ["matmul", "onednn", "onnxruntime"]
+    assert c["int8_compared"] == ["dynamic", "onednn-static", "onnxruntime-dynamic"]
+    assert "fastest of torch's matmul; oneDNN's linear on a prepacked weight; and onnxruntime's MatMul" in md
+    assert "`onednn.qlinear_pointwise`" in md and "onnxruntime's DynamicQuantizeMatMul" in md
     for name, case in res["models"]["bert-tiny"]["cases"].items():
         assert case["ceiling"] > 0
         assert (case.get("int8_ceiling", 0) > 0) == name.startswith("infer")
@@ -184,7 +189,15 @@ def test_a_ceiling_is_the_faster_kernel_and_a_failing_kernel_is_left_out():
     assert "matmul" in outs and all(o.shape == (8, 4) for o in outs.values())
     if "onednn" in outs:
         assert torch.allclose(outs["onednn"], outs["matmul"], atol=1e-4)
-    assert set(probes.int8_kernels(8, 16, 4)) >= {"dynamic"}
+    # onnxruntime's kernels run on a weight of their own (made once per shape): checked against it
+    assert set(fns) == {"matmul", "onednn", "onnxruntime"} and outs["onnxruntime"].shape == (8, 4)
+    sess, w = probes.ort_product(16, 4, False)
+    x = torch.randn(8, 16)
+    assert torch.allclose(torch.from_numpy(sess.run(None, {"x": x.numpy()})[0]), x @ torch.from_numpy(w), atol=1e-5)
+    sess8, w8 = probes.ort_product(16, 4, True)
+    y8 = torch.from_numpy(sess8.run(None, {"x": x.numpy()})[0])
+    assert 0 < float((y8 - x @ torch.from_numpy(w8)).abs().max()) < 0.05  # int8: close, not equal
+    assert set(probes.int8_kernels(8, 16, 4)) == {"dynamic", "onednn-static", "onnxruntime-dynamic"}
     assert probes.matmul_gflops(16, 16, 16, reps=1) > 0 and probes.int8_gops(16, 16, 16, reps=1) > 0
 
 
@@ -198,9 +211,14 @@ def test_old_results_without_kernel_names_render_as_before():
     line = ceiling_sentence(old, {"torch_quantized_engine": "x86"}, True)
     assert line.startswith("fp32 matmul ceiling measured in this run (torch): **180.0 GFLOP/s**")
     assert "`torch.ops.quantized.linear_dynamic`" in line and "onednn" not in line
-    new = dict(old, fp32_kernels={"1024x768x3072": "onednn"}, int8_kernels={"2048x1024x1024": "onednn-static"})
-    line = ceiling_sentence(new, {}, True)
+    two = dict(old, fp32_kernels={"1024x768x3072": "onednn"}, int8_kernels={"2048x1024x1024": "onednn-static"})
+    line = ceiling_sentence(two, {}, True)
     assert "(1024x768x3072: 180.0 onednn)" in line and "(2048x1024x1024: 300.0 onednn-static)" in line
+    assert "the faster of torch's matmul and oneDNN's linear" in line  # a run that compared two kernels
+    three = dict(two, fp32_compared=["matmul", "onnxruntime"], int8_compared=["dynamic", "onnxruntime-dynamic"])
+    line = ceiling_sentence(three, {"torch_quantized_engine": "x86"}, True)
+    assert "the fastest of torch's matmul; and onnxruntime's MatMul" in line and "`matmul` / `onnxruntime`" in line
+    assert "x86 backend" in line and "`dynamic` / `onnxruntime-dynamic`" in line
 
 
 def test_paired_ratio_compares_within_each_repetition():

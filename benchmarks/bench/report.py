@@ -12,6 +12,24 @@ from .cases import CASES, batch_size
 from .worker import QUIET_LOAD, SAMPLE_S
 
 
+FP32_KERNEL_WORDS = {"matmul": "torch's matmul", "onednn": "oneDNN's linear on a prepacked weight",
+                     "onnxruntime": "onnxruntime's MatMul on a constant weight (MLAS, the onnxruntime engine's)"}
+INT8_KERNEL_WORDS = {
+    "dynamic": "torch's dynamic-quantized linear, `quantized.linear_dynamic`, {engine} backend, activation "
+               "quantization included",
+    "onednn-static": "oneDNN's static int8 linear on uint8 codes, `onednn.qlinear_pointwise`, as bertfam's static "
+                     "int8 projections run it",
+    "onnxruntime-dynamic": "onnxruntime's DynamicQuantizeMatMul (quantize_dynamic of one MatMul, as the "
+                           "onnxruntime-int8 engine is made; activation quantization included)"}
+
+
+def _kernel_list(names: list, words: dict, engine: str = "x86") -> str:
+    """'A, B and C: `a` / `b` / `c`': each kernel described, then the names the per-product rates carry."""
+    said = [words.get(x, x).format(engine=engine) for x in names]
+    text = said[0] if len(said) == 1 else "; ".join(said[:-1]) + "; and " + said[-1]
+    return text + ": " + " / ".join(f"`{x}`" for x in names)
+
+
 def ceiling_sentence(c: dict, env: dict, has_int8: bool) -> str:
     """The report's ceiling line: each product's rate and, for runs that chose between kernels
     (probes.ceilings), the kernel that gave it."""
@@ -22,6 +40,12 @@ def ceiling_sentence(c: dict, env: dict, has_int8: bool) -> str:
         fp32 = "fp32 matmul ceiling measured in this run (torch)"
         int8 = (f"int8 GEMM ceiling (torch's dynamic-quantized linear, `torch.ops.quantized.linear_dynamic`, "
                 f"{env.get('torch_quantized_engine', 'x86')} backend, activation quantization included)")
+    elif "fp32_compared" in c:  # the kernels compared are listed (onnxruntime's among them where it ran)
+        fp32 = ("fp32 matmul ceiling measured in this run (per product the fastest of "
+                + _kernel_list(c["fp32_compared"], FP32_KERNEL_WORDS) + ")")
+        int8 = ("int8 GEMM ceiling (per product the fastest of "
+                + _kernel_list(c["int8_compared"], INT8_KERNEL_WORDS,
+                               env.get("torch_quantized_engine", "x86")) + ")")
     else:
         fp32 = ("fp32 matmul ceiling measured in this run (per product the faster of torch's matmul and "
                 "oneDNN's linear on a prepacked weight, `matmul` / `onednn`)")
@@ -187,7 +211,7 @@ def markdown(results: dict, others: list = ()) -> str:
         "machine's slow spells, which widen each engine's spread, cancel in it; % fp32 / % int8 = useful "
         "model FLOP/s (real tokens only) over the fp32 matmul ceiling "
         "(GFLOP/s of a 1024x768x3072 product) and over the int8 GEMM ceiling (GOP/s of a 2048x1024x1024 "
-        "product; each on the faster of its two kernels, as above), each the best rate measured between the "
+        "product; each on the fastest of the kernels compared, as above), each the best rate measured between the "
         "case's repetitions and shown after "
         "the case name; **bold** = the ceiling of the engine's own precision. An int8 engine still runs "
         "attention, softmax, LayerNorm and GELU in fp32, and onnxruntime / OpenVINO use their own int8 kernels, "
