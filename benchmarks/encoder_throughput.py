@@ -2,7 +2,7 @@
 same weights, batches, threads.
 
     make bench                                                              # installs the bench extra first
-    nice -n 10 .venv/bin/python benchmarks/encoder_throughput.py            # full run (~35-45 min quiet)
+    nice -n 10 .venv/bin/python benchmarks/encoder_throughput.py            # full run (~20-30 min on 2 cores)
     .venv/bin/python benchmarks/encoder_throughput.py --quick               # bert-mini only, ~6 min
 
 One run measures, for BERT-base and bert-mini (21128-piece Chinese vocabulary, random weights made by
@@ -168,9 +168,9 @@ def main() -> int:
     print(f"threads {args.threads}, reps {args.reps}, load average at start {load_start[0]:.1f}; idle threads "
           f"{'spin' if args.spin else 'sleep'} ({why})", flush=True)
     ceiling = run_job(args, "ceiling")
-    print(f"fp32 matmul ceiling (faster of torch's matmul, oneDNN's linear): {ceiling['ceiling']:.1f} GFLOP/s "
+    print(f"fp32 matmul ceiling (fastest of {', '.join(ceiling['fp32_compared'])}): {ceiling['ceiling']:.1f} GFLOP/s "
           + ", ".join(f"{k} {v:.1f} {ceiling['fp32_kernels'][k]}" for k, v in ceiling["gflops"].items()), flush=True)
-    print(f"int8 GEMM ceiling (faster of torch's dynamic linear, oneDNN's static): {ceiling['int8_ceiling']:.1f} "
+    print(f"int8 GEMM ceiling (fastest of {', '.join(ceiling['int8_compared'])}): {ceiling['int8_ceiling']:.1f} "
           "GOP/s " + ", ".join(f"{k} {v:.1f} {ceiling['int8_kernels'][k]}" for k, v in ceiling["int8_gops"].items()),
           flush=True)
     results = {"ceiling": ceiling, "models": {}, "args": vars(args),
