@@ -21,7 +21,7 @@ from bertfam.modeling.activations import ACT
 from bertfam.modeling.calibration import OBSERVERS, calibrate
 from bertfam.modeling.encoder import Layer
 from bertfam.modeling.int8 import Int8Linear, is_int8, quantize_int8
-from bertfam.modeling.int8_static import (native_bf16, set_attention_dtype, POST_OPS, StaticInt8Layer, StaticInt8Linear, StaticInt8LinearAct,
+from bertfam.modeling.int8_static import (exact_u8s8, halve_weights, native_bf16, set_attention_dtype, POST_OPS, StaticInt8Layer, StaticInt8Linear, StaticInt8LinearAct,
                                           StaticInt8LinearAdd, is_static_int8, quantize_static_int8, quantize_u8)
 from bertfam.modeling.optimize import optimize_for_inference, reuses_buffers
 
@@ -67,11 +67,15 @@ def plain():
 # ---------------------------------------------------------------- the oneDNN ops, on small tensors
 @pytest.fixture(scope="module")
 def op():
-    """A random int8 linear: x (7, 64), per-row symmetric int8 weights (48, 64), bias; packed."""
+    """A random int8 linear: x (7, 64), per-row symmetric int8 weights (48, 64), bias; packed. On a CPU
+    without VNNI the op adds pairs of u8 x s8 products in int16, which saturates for full-range weights:
+    there the weights are the halved 7-bit ones the static modules pack (int8_static.exact_u8s8)."""
     g = torch.Generator().manual_seed(0)
     x, w, b = torch.randn(7, 64, generator=g), torch.randn(48, 64, generator=g) * 0.1, torch.randn(48, generator=g)
     ws = w.abs().amax(1) / 127
     qw = torch.round(w / ws[:, None]).clamp(-127, 127).to(torch.int8)
+    if not exact_u8s8():
+        qw, ws = halve_weights(qw, ws)
     return dict(x=x, b=b, ws=ws, qw=qw, wd=qw.float() * ws[:, None], packed=ONEDNN.qlinear_prepack(qw, None),
                 wzp=torch.zeros(48, dtype=torch.long))
 
@@ -161,7 +165,9 @@ def test_static_modules_against_their_float_reference():
     x, res = torch.randn(2, 5, 256), torch.randn(2, 5, 96)
     s, zp = 8.0 / 255, 128
     xq = (quantize_u8(x, s, zp).float() - zp) * s  # x as its uint8 codes stand for it
-    ref = xq @ q.dequantize().t() + q.bias  # the int8 weights, the quantized input, float arithmetic
+    # the int8 weights (halved where the CPU lacks VNNI: exact_u8s8), the quantized input, float arithmetic
+    w, ws = (q.weight_int8, q.weight_scale) if exact_u8s8() else halve_weights(q.weight_int8, q.weight_scale)
+    ref = xq @ (w.float() * ws[:, None]).t() + q.bias
     with torch.inference_mode():
         plain, add, add_ = (c.from_int8(q).eval() for c in (StaticInt8Linear, StaticInt8LinearAdd, StaticInt8LinearAdd))
         add_.inplace = True
@@ -175,6 +181,33 @@ def test_static_modules_against_their_float_reference():
         assert torch.equal(add_(x, r), plain(x) + res) and torch.equal(r, plain(x) + res)  # inplace: into res
         assert plain(x[:0]).shape == (0, 5, 96)
     assert set(plain.state_dict()) == {"weight_int8", "weight_scale", "bias", "input_scale", "input_zero_point"}
+
+
+def test_without_vnni_the_kernel_packs_halved_weights_and_stays_exact(monkeypatch):
+    """A CPU without VNNI (AVX2) saturates full-range u8 x s8 pairs (16.8 off on random weights, Zen 3);
+    there the static kernel packs the weights halved at twice the scale: exact on every CPU, and within one
+    bit of weight resolution of the full weights' result."""
+    from bertfam.modeling import int8_static
+
+    w = torch.tensor([[127, -127, 1, 2, 3], [0, 64, -64, 63, -1]], dtype=torch.int8)
+    w7, s7 = halve_weights(w, torch.tensor([0.5, 1.0]))
+    assert w7.tolist() == [[64, -64, 0, 1, 2], [0, 32, -32, 32, 0]] and s7.tolist() == [1.0, 2.0]  # half to even
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(256, 96)
+    torch.nn.init.normal_(lin.weight, 0.0, 0.02)
+    q = Int8Linear.from_linear(lin)
+    x, s, zp = torch.randn(3, 256) * 3, 8.0 / 255, 128
+    xq = (quantize_u8(x, s, zp).float() - zp) * s
+    w7, s7 = halve_weights(q.weight_int8, q.weight_scale)
+    with torch.inference_mode():
+        monkeypatch.setattr(int8_static, "exact_u8s8", lambda: False)
+        m = StaticInt8Linear.from_int8(q).eval()
+        m.set_input_qparams(s, zp)
+        y = m(x)
+        assert m.weight_int8 is q.weight_int8 and int(m.kernel().packed.numel()) > 0  # the stored weights stay 8-bit
+        assert float((y - (xq @ (w7.float() * s7[:, None]).t() + q.bias)).abs().max()) < 1e-5
+        full = xq @ q.dequantize().t() + q.bias
+        assert 0 < float((y - full).abs().max()) < 0.05 * float(full.abs().max())
 
 
 @pytest.mark.parametrize("act", sorted(ACT))
