@@ -544,3 +544,26 @@ def test_thresholds_saved_into_a_weights_only_checkpoint_keep_its_record(dirs, t
     assert rec["quantization"]["method"] == "weight-int8" and rec["head"]["mrc"]["answerable_threshold"] == 0.6
     again = bertfam.from_pretrained(str(dst))
     assert again.config.head.mrc.null_threshold == 0.5 and not is_int8(again)
+
+
+@pytest.mark.parametrize("k", [64, 65, 768])
+def test_dynamic_kernel_packs_fitted_weights_without_vnni(k, monkeypatch):
+    """The dynamic kernel saturates like the static one on a CPU without VNNI (vpmaddubsw's int16 pair sums):
+    there pack_linear packs the fitted rows (int8.fit_weights), which multiply exactly even where every
+    input reaches the top code; forced here, so that it runs on any CPU."""
+    g = torch.Generator().manual_seed(k)
+    w = torch.randint(-127, 128, (48, k), generator=g, dtype=torch.int8)
+    s = torch.full((48,), 0.01)
+    q, s2 = int8_mod.fit_weights(w, s)
+    x = torch.full((7, k), 2.0)  # one value: every code is 255 (the range is [0, 2])
+
+    def rel_err(packed, wq, ws):
+        ref = torch.full((7, k), 255.0).double() @ (wq.double() * ws.double()[:, None]).t() * (2.0 / 255)
+        return float((int8_mod.int8_linear(x, packed).double() - ref).abs().max() / ref.abs().max())
+
+    exact = int8_mod.exact_u8s8()  # this CPU's
+    monkeypatch.setattr(int8_mod, "exact_u8s8", lambda: False)
+    assert rel_err(int8_mod.pack_linear(w, s, None), q, s2) < 1e-6  # what was packed: the fitted rows
+    if not exact:
+        monkeypatch.setattr(int8_mod, "exact_u8s8", lambda: True)  # the raw rows on this CPU: saturated
+        assert rel_err(int8_mod.pack_linear(w, s, None), w, s) > 0.01

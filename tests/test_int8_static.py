@@ -21,7 +21,7 @@ from bertfam.modeling.activations import ACT
 from bertfam.modeling.calibration import OBSERVERS, calibrate
 from bertfam.modeling.encoder import Layer
 from bertfam.modeling.int8 import Int8Linear, is_int8, quantize_int8
-from bertfam.modeling.int8_static import (exact_u8s8, halve_weights, native_bf16, set_attention_dtype, POST_OPS, StaticInt8Layer, StaticInt8Linear, StaticInt8LinearAct,
+from bertfam.modeling.int8_static import (exact_u8s8, fit_weights, native_bf16, pair_peaks, set_attention_dtype, POST_OPS, StaticInt8Layer, StaticInt8Linear, StaticInt8LinearAct,
                                           StaticInt8LinearAdd, is_static_int8, quantize_static_int8, quantize_u8)
 from bertfam.modeling.optimize import optimize_for_inference, reuses_buffers
 
@@ -69,13 +69,13 @@ def plain():
 def op():
     """A random int8 linear: x (7, 64), per-row symmetric int8 weights (48, 64), bias; packed. On a CPU
     without VNNI the op adds pairs of u8 x s8 products in int16, which saturates for full-range weights:
-    there the weights are the halved 7-bit ones the static modules pack (int8_static.exact_u8s8)."""
+    there the weights are the fitted ones the static modules pack (int8_static.exact_u8s8, fit_weights)."""
     g = torch.Generator().manual_seed(0)
     x, w, b = torch.randn(7, 64, generator=g), torch.randn(48, 64, generator=g) * 0.1, torch.randn(48, generator=g)
     ws = w.abs().amax(1) / 127
     qw = torch.round(w / ws[:, None]).clamp(-127, 127).to(torch.int8)
     if not exact_u8s8():
-        qw, ws = halve_weights(qw, ws)
+        qw, ws = fit_weights(qw, ws)
     return dict(x=x, b=b, ws=ws, qw=qw, wd=qw.float() * ws[:, None], packed=ONEDNN.qlinear_prepack(qw, None),
                 wzp=torch.zeros(48, dtype=torch.long))
 
@@ -165,8 +165,8 @@ def test_static_modules_against_their_float_reference():
     x, res = torch.randn(2, 5, 256), torch.randn(2, 5, 96)
     s, zp = 8.0 / 255, 128
     xq = (quantize_u8(x, s, zp).float() - zp) * s  # x as its uint8 codes stand for it
-    # the int8 weights (halved where the CPU lacks VNNI: exact_u8s8), the quantized input, float arithmetic
-    w, ws = (q.weight_int8, q.weight_scale) if exact_u8s8() else halve_weights(q.weight_int8, q.weight_scale)
+    # the int8 weights (fitted where the CPU lacks VNNI: exact_u8s8), the quantized input, float arithmetic
+    w, ws = (q.weight_int8, q.weight_scale) if exact_u8s8() else fit_weights(q.weight_int8, q.weight_scale)
     ref = xq @ (w.float() * ws[:, None]).t() + q.bias
     with torch.inference_mode():
         plain, add, add_ = (c.from_int8(q).eval() for c in (StaticInt8Linear, StaticInt8LinearAdd, StaticInt8LinearAdd))
@@ -183,31 +183,75 @@ def test_static_modules_against_their_float_reference():
     assert set(plain.state_dict()) == {"weight_int8", "weight_scale", "bias", "input_scale", "input_zero_point"}
 
 
-def test_without_vnni_the_kernel_packs_halved_weights_and_stays_exact(monkeypatch):
+def test_fit_weights_rescales_only_the_channels_with_a_large_pair():
+    """vpmaddubsw adds the products of weights (2j, 2j+1) in int16: a channel whose same-sign pair sums to
+    more than 128 is divided by peak / 127 (scale times that), the others stay as they are."""
+    w = torch.tensor([[127, -127, 1, 2, 3],  # opposite signs: 127 at most, kept
+                      [0, 64, -64, 63, -1],  # 64 and -64 are in different pairs: kept
+                      [127, 127, 127, 127, 127],  # peak 254: halved, the odd last one pairs with a zero
+                      [65, 64, 0, 0, -9],  # peak 129: r = 129 / 127
+                      [1, 127, 127, -1, 0]], dtype=torch.int8)  # the two 127s are in different pairs: kept
+    assert pair_peaks(w).tolist() == [127, 64, 254, 129, 128]
+    q, s = fit_weights(w, torch.ones(5))
+    kept = [0, 1, 4]
+    assert q[kept].tolist() == w[kept].tolist() and s[kept].tolist() == [1.0, 1.0, 1.0]
+    assert q[2].tolist() == [64] * 5 and s[2] == 2.0  # 127 / 2 rounds half to even: 64
+    assert q[3].tolist() == [64, 63, 0, 0, -9] and abs(float(s[3]) - 129 / 127) < 1e-6
+    assert pair_peaks(q).max() <= 128
+    g = torch.Generator().manual_seed(0)
+    for k in (64, 65, 768):  # full-range random weights: every pair fits, each channel within r <= 2
+        w = torch.randint(-127, 128, (96, k), generator=g, dtype=torch.int8)
+        q, s = fit_weights(w, torch.full((96,), 0.5))
+        assert pair_peaks(q).max() <= 128 and float(s.max()) <= 1.0 and float(s.min()) >= 0.5
+        assert float((q.float() * s[:, None] - w.float() * 0.5).abs().max()) <= float(s.max()) / 2 + 1e-6
+
+
+@pytest.mark.parametrize("k", [64, 65, 768])
+def test_fitted_weights_never_saturate_the_kernel(k):
+    """The fitted weights multiply exactly on this CPU's kernel, whatever the codes (all 255: the worst case),
+    the row count and K; on a CPU without VNNI the raw full-range weights do not (what fitting is for)."""
+    g = torch.Generator().manual_seed(k)
+    w = torch.randint(-127, 128, (48, k), generator=g, dtype=torch.int8)
+    q, s = fit_weights(w, torch.ones(48))
+    ones, zp = torch.ones(48), torch.zeros(48, dtype=torch.long)
+
+    def err(wq, x):
+        y = ONEDNN.qlinear_pointwise(x, 1.0, 0, ONEDNN.qlinear_prepack(wq, None), ones, zp, None, 1.0, 0,
+                                     torch.float32, "none", [], "")
+        return float((y.double() - x.double() @ wq.double().t()).abs().max())
+
+    for m in (1, 7, 256):
+        for x in (torch.full((m, k), 255, dtype=torch.uint8),
+                  torch.randint(0, 256, (m, k), generator=g, dtype=torch.uint8)):
+            assert err(q, x) < 1e-2 * k, (m, k)
+    if not exact_u8s8():
+        assert err(w, torch.full((7, k), 255, dtype=torch.uint8)) > 1000
+
+
+def test_without_vnni_the_kernel_packs_fitted_weights_and_stays_exact(monkeypatch):
     """A CPU without VNNI (AVX2) saturates full-range u8 x s8 pairs (16.8 off on random weights, Zen 3);
-    there the static kernel packs the weights halved at twice the scale: exact on every CPU, and within one
-    bit of weight resolution of the full weights' result."""
+    there the static kernel packs the fitted weights: exact on every CPU, and closer to the full weights'
+    result than halving every weight (the fix before) was."""
     from bertfam.modeling import int8_static
 
-    w = torch.tensor([[127, -127, 1, 2, 3], [0, 64, -64, 63, -1]], dtype=torch.int8)
-    w7, s7 = halve_weights(w, torch.tensor([0.5, 1.0]))
-    assert w7.tolist() == [[64, -64, 0, 1, 2], [0, 32, -32, 32, 0]] and s7.tolist() == [1.0, 2.0]  # half to even
     torch.manual_seed(0)
     lin = torch.nn.Linear(256, 96)
     torch.nn.init.normal_(lin.weight, 0.0, 0.02)
     q = Int8Linear.from_linear(lin)
     x, s, zp = torch.randn(3, 256) * 3, 8.0 / 255, 128
     xq = (quantize_u8(x, s, zp).float() - zp) * s
-    w7, s7 = halve_weights(q.weight_int8, q.weight_scale)
+    wf, sf = fit_weights(q.weight_int8, q.weight_scale)
     with torch.inference_mode():
         monkeypatch.setattr(int8_static, "exact_u8s8", lambda: False)
         m = StaticInt8Linear.from_int8(q).eval()
         m.set_input_qparams(s, zp)
         y = m(x)
         assert m.weight_int8 is q.weight_int8 and int(m.kernel().packed.numel()) > 0  # the stored weights stay 8-bit
-        assert float((y - (xq @ (w7.float() * s7[:, None]).t() + q.bias)).abs().max()) < 1e-5
+        assert torch.equal(m.kernel().w_scale, sf)
+        assert float((y - (xq @ (wf.float() * sf[:, None]).t() + q.bias)).abs().max()) < 1e-5
         full = xq @ q.dequantize().t() + q.bias
-        assert 0 < float((y - full).abs().max()) < 0.05 * float(full.abs().max())
+        halved = xq @ (torch.round(q.weight_int8.float() / 2) * 2 * q.weight_scale[:, None]).t() + q.bias
+        assert 0 < float((y - full).norm()) < 0.8 * float((halved - full).norm())
 
 
 @pytest.mark.parametrize("act", sorted(ACT))

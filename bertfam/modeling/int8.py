@@ -17,7 +17,9 @@ faster than float32 sgemm on a CPU without VNNI, where `torch._int_mm` and bfloa
 packed weights are a cache (not in the state dict, rebuilt lazily after load_state_dict or a device / dtype
 change); the state dict holds `weight_int8` (int8, (out, in)), `weight_scale` (float32, (out,)) and `bias`
 (float32), so it round-trips through safetensors. Activations use the full 8-bit range (`REDUCE_RANGE` False:
-resolution costs real models more than the int16 saturation of non-VNNI kernels does). The MLM decoder (tied
+resolution costs real models more than the int16 saturation of non-VNNI kernels does), and on a CPU
+without VNNI the weights are packed fitted so that nothing saturates (`fit_weights`: only channels holding a
+pair of large neighbouring weights are rescaled, a quarter of a bit at the median). The MLM decoder (tied
 to the word embeddings) multiplies with the same int8 rows and scales (`Int8Embedding.linear`: packed once,
 nothing stored twice), so no dequantized copy of the embedding matrix is held.
 
@@ -33,6 +35,7 @@ activations quantized at scales calibrated once (calibration.py), GELU and resid
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import warnings
 from typing import Optional, Sequence
@@ -180,9 +183,54 @@ def dequantize_rows(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.float() * scale[:, None]  # (R, C)
 
 
+@functools.lru_cache(maxsize=1)
+def _cpu_flags() -> list:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        return []
+
+
+def exact_u8s8() -> bool:
+    """Whether oneDNN's u8 x s8 products are exact for any int8 weight: with VNNI (AVX512_VNNI, AVX-VNNI) or
+    AMX they accumulate in int32. Without them (AVX2) its kernels, dynamic and static, multiply with
+    vpmaddubsw, which adds the products of neighbouring weights along K, (2j, 2j+1), in int16 and saturates
+    where large codes meet a pair of large weights of one sign: up to 16.8 off on random full-range weights
+    (AMD EPYC Zen 3). A pair whose same-sign magnitudes sum to at most 128 cannot (255 x 128 = 32,640 <
+    32,767), so there both packers (pack_linear, StaticInt8Linear.kernel) pack weights fitted to that
+    (fit_weights)."""
+    flags = _cpu_flags()
+    return any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
+
+
+def pair_peaks(w: torch.Tensor) -> torch.Tensor:
+    """int8 weights (N, K) -> (N,) int32: per output channel, the largest same-sign sum of a pair of
+    neighbouring weights along K, w[n, 2j] and w[n, 2j+1] (a zero after the last where K is odd): the pair
+    vpmaddubsw adds in int16, times an input code of up to 255."""
+    n, k = w.shape
+    p = torch.nn.functional.pad(w.to(torch.int32), (0, k % 2)).view(n, -1, 2)  # (N, K/2, 2)
+    peak = torch.maximum(p.clamp(min=0).sum(-1), (-p).clamp(min=0).sum(-1))  # (N, K/2)
+    return peak.amax(-1) if peak.shape[1] else torch.zeros(n, dtype=torch.int32)
+
+
+def fit_weights(w: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """int8 weights (N, K) and their per-channel scales (N,) -> the weights a CPU without VNNI multiplies
+    exactly (exact_u8s8): a channel whose pair peak is over 128 divided by r = peak / 127 and rounded half to
+    even, at r times its scale (two roundings add at most 1: the pair then sums to at most 128). A channel
+    with no large pair stays as it is; the rest lose log2(r) bits (r = 1.25-1.33 at the median on real and
+    random BERT weights, docs/int8_kernels.md), where halving every weight would lose one; r <= 254 / 127 = 2."""
+    peak = pair_peaks(w)  # (N,)
+    r = torch.where(peak > 128, peak.float() / 127, torch.ones_like(w_scale, dtype=torch.float32))  # (N,)
+    return torch.round(w.float() / r[:, None]).to(torch.int8), w_scale * r
+
+
 def pack_linear(q: torch.Tensor, scale: torch.Tensor, bias: Optional[torch.Tensor]):
     """quantized.linear_prepack of int8 rows (out, in) + scales (out,) (+ float bias (out,)), under the
-    first engine of ENGINES this build has; the engine in use before is restored."""
+    first engine of ENGINES this build has; the engine in use before is restored. On a CPU without VNNI the
+    rows are fitted first (fit_weights): its kernel would saturate on pairs of large weights."""
+    if not exact_u8s8():
+        q, scale = fit_weights(q, scale)
     engine = next((e for e in ENGINES if e in torch.backends.quantized.supported_engines), None)
     if engine is None:
         raise ConfigError(f"int8: this PyTorch build has none of the quantized engines {', '.join(ENGINES)} "

@@ -22,8 +22,9 @@ reference (tests/test_int8_static.py asserts each point), torch 2.13:
 - qlinear_pointwise(qx, x_scale, x_zp, packed, w_scale, w_zp, bias, out_scale, out_zp, out_dtype, post_op,
   post_op_args, post_op_algorithm): y = post_op((qx - x_zp) * x_scale @ (qw * w_scale[:, None]).T + bias).
   qx: uint8 with any zero point in 0..255, or int8; both exact where the CPU has VNNI or AMX (without them,
-  on AVX2, pairs of u8 x s8 products are added in int16 and saturate: there the kernel packs the weights
-  halved to 7 bits, which cannot saturate: exact_u8s8, halve_weights). We use uint8 with an asymmetric zero point:
+  on AVX2, the products of neighbouring weights along K, (2j, 2j+1), are added in pairs in int16 and
+  saturate: there the kernel packs each output channel's weights rescaled just enough that no pair can:
+  exact_u8s8, fit_weights). We use uint8 with an asymmetric zero point:
   u8 x s8 is the VNNI instruction's own operand pair, and GELU's output (ffn_out's input) is far from
   symmetric. qx may be (M, K) or (..., K) (the output keeps the leading shape).
   w_scale: float32 (N,) per output channel ((1,) per tensor also works; float64 is refused). w_zp: ignored
@@ -62,7 +63,8 @@ from ..errors import ConfigError
 from .activations import ACT
 from .attention_core import core_of, matmul_up_to
 from .encoder import Encoder, Layer
-from .int8 import Int8Linear, check_inference, quantize_int8, record_quantization
+from .int8 import (Int8Linear, _cpu_flags, check_inference, exact_u8s8, fit_weights, pair_peaks,  # noqa: F401
+                   quantize_int8, record_quantization)
 from .swap import swap_modules
 
 METHOD = "static-int8"
@@ -77,11 +79,11 @@ _quiet = [False]  # torch.quantize_per_tensor's deprecation warning was silenced
 class Kernel(NamedTuple):
     """What a static projection's forward needs, made once (`StaticInt8Linear.kernel`)."""
 
-    packed: torch.Tensor  # onednn.qlinear_prepack of weight_int8 (halved where the CPU lacks VNNI: exact_u8s8)
+    packed: torch.Tensor  # onednn.qlinear_prepack of weight_int8 (fitted where the CPU lacks VNNI: exact_u8s8)
     w_zp: torch.Tensor  # (N,) zeros: the op's weight zero points (ignored by it; symmetric weights)
     scale: float  # the input's calibrated scale
     zero_point: int  # and zero point (uint8 codes)
-    w_scale: torch.Tensor  # (N,) the packed weights' scales: weight_scale, or twice it for halved weights
+    w_scale: torch.Tensor  # (N,) the packed weights' scales: weight_scale, or the fitted weights' (fit_weights)
 
 
 # ---------------------------------------------------------------- the kernels
@@ -145,7 +147,7 @@ class StaticInt8Linear(Int8Linear):
             w_zp = torch.zeros(self.out_features, dtype=torch.long)
             w, w_scale = self.weight_int8, self.weight_scale
             if not exact_u8s8():
-                w, w_scale = halve_weights(w, w_scale)
+                w, w_scale = fit_weights(w, w_scale)
             self._packed = Kernel(torch.ops.onednn.qlinear_prepack(w, None), w_zp, scale, zp, w_scale)
         return self._packed
 
@@ -246,31 +248,6 @@ class StaticInt8Layer(Layer):
 
 
 # ---------------------------------------------------------------- what the CPU computes exactly
-def _cpu_flags() -> list:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
-    except OSError:
-        return []
-
-
-def exact_u8s8() -> bool:
-    """Whether oneDNN's u8 x s8 products are exact for any int8 weight: with VNNI (AVX512_VNNI, AVX-VNNI) or
-    AMX they accumulate in int32. Without them (AVX2) its kernel adds pairs of products in int16
-    (vpmaddubsw), which saturates where large codes meet large weights of one sign: up to 16.8 off on
-    random full-range weights (AMD EPYC Zen 3). Weights of magnitude <= 64 cannot saturate (2 x 255 x 64 =
-    32,640 < 32,767), so there the static kernel packs them halved (halve_weights)."""
-    flags = _cpu_flags()
-    return any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
-
-
-def halve_weights(w: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """int8 weights (N, K) in [-127, 127] as 7-bit ones in [-64, 64] at twice the per-channel scales
-    (round half to even): what a CPU without VNNI multiplies exactly (exact_u8s8). One bit of weight
-    resolution for no saturation; the activations keep all 8 bits, which matter more (docs/int8_kernels.md)."""
-    return torch.round(w.float() / 2).to(torch.int8), w_scale * 2
-
-
 # ---------------------------------------------------------------- attention precision
 def native_bf16() -> bool:
     """Whether this CPU computes bfloat16 natively (AVX512_BF16 or AMX): there bf16 attention is 2.7-3.2x
