@@ -22,8 +22,12 @@ Three measurements (those paths are the defaults; a section whose files are miss
     model's saved decoding and thresholds, the official DuReader metric (bertfam/evaluation/dureader.py)
     as recipes/mrc_checklist_eval.py scores it, plus "forced" F1 (answerable questions, top span always
     given: span quality alone) and how many answers stay the same.
-Writes docs/int8_accuracy.json and docs/int8_accuracy.md (a section the docs link to). --limit N: the first
-N examples of each set (the smoke test runs it on tiny models and the test fixtures in seconds).
+Writes docs/int8_accuracy.json and .md (a section the docs link to), one page per CPU kind as `make bench`
+does (bench/probes.py page_stem: docs/int8_accuracy.md on AVX2-only CPUs, e.g.
+docs/int8_accuracy-epyc-zen4-avx512.md elsewhere), since the int8 kernels differ by CPU: without VNNI the
+static kernel packs 7-bit weights (bertfam/modeling/int8_static.py exact_u8s8), and the page says which.
+--limit N: the first N examples of each set (the smoke test runs it on tiny models and the test fixtures in
+seconds); --mrc-limit N: of the MRC set alone, so that the static engine calibrates on questions after them.
 """
 from __future__ import annotations
 
@@ -283,7 +287,7 @@ def mrc_section(args) -> dict:
     import bertfam
     from bertfam.tasks.mrc import MRCPredictor, decode
 
-    exs = mrc_examples(args.mrc_dev, args.limit)
+    exs = mrc_examples(args.mrc_dev, args.mrc_limit)
     items = [{"question": e.question, "passage": e.context, "title": e.title} for e in exs]
     res = {"model": rel(args.mrc_model), "dev": rel(args.mrc_dev), "examples": len(exs), "engines": {}}
     got = {}
@@ -368,13 +372,55 @@ def real_sets(args, res: dict) -> list[tuple]:
 
 
 # ----------------------------------------------------------------------------- output
+def machine() -> dict:
+    """The CPU this run measured on (the int8 kernels depend on it) and what the static int8 engine packs here."""
+    from bench.probes import cpu_family, cpu_simd
+
+    from bertfam.modeling.int8_static import exact_u8s8
+
+    cpu, simd = cpu_simd()
+    return {"cpu": cpu, "cpu_family": cpu_family(), "simd": simd,
+            "static_int8_weights": "8-bit" if exact_u8s8() else
+            "fitted (no VNNI: oneDNN's u8 x s8 kernel adds the products of neighbouring weights in int16, so each "
+            "channel holding a pair of large weights of one sign is rescaled just enough not to saturate; "
+            "int8_static.fit_weights)"}
+
+
+def page_stem(env: dict) -> str:
+    """This CPU kind's page name: `make bench`'s page name with int8_accuracy for benchmarks."""
+    from bench.probes import page_stem as bench_stem
+
+    return "int8_accuracy" + bench_stem(env.get("cpu", ""), env.get("simd", []),
+                                        env.get("cpu_family"))[len("benchmarks"):]
+
+
+def cpu_line(env: dict) -> str:
+    from bench.report import NOTABLE_FLAGS
+
+    if "cpu" not in env:  # a results file from before the CPU was recorded
+        return "CPU: not recorded."
+    fam = f", cpu family {env['cpu_family']}" if env.get("cpu_family") is not None else ""
+    flags = " ".join(f for f in NOTABLE_FLAGS if f in env.get("simd", [])) or "none of " + " ".join(NOTABLE_FLAGS)
+    return (f"CPU: {env['cpu']}{fam}; flags: {flags}. Static int8 (bertfam-int8-static) packs "
+            f"{env['static_int8_weights']} weights here.")
+
+
+def null_rule(threshold: float) -> str:
+    """The null-score test as words: a threshold of -1e9 or below (what the saved decoding stores to turn
+    the test off) is no test."""
+    return "no null-score test" if threshold <= -1e8 else f"null threshold {threshold:.2f}"
+
+
 def markdown(res: dict) -> str:
     env = res["environment"]
+    bench_page = "benchmarks" + page_stem(env)[len("int8_accuracy"):] + ".md"
     lines = ["## Accuracy cost of int8 inference", "",
              f"Produced by `benchmarks/int8_accuracy.py` ({res['minutes']:.0f} min; torch {env['torch']}, "
              f"transformers {env['transformers']}, onnxruntime {env['onnxruntime']}, OpenVINO {env['openvino']}, "
              f"nncf {env['nncf']}; {env['threads']} threads)" + (f", --limit {res['limit']}" if res["limit"] else "")
-             + ". The engines are those of [benchmarks.md](benchmarks.md) (`benchmarks/bench/engines.py`).", ""]
+             + (f", --mrc-limit {res['mrc_limit']}" if res.get("mrc_limit") not in (None, res["limit"]) else "")
+             + f". The engines are those of [{bench_page}]({bench_page}) (`benchmarks/bench/engines.py`).", "",
+             cpu_line(env), ""]
     if res.get("hidden"):
         lines += ["### Hidden states", "",
                   "|Δ| = |last_hidden_state(int8) − last_hidden_state(fp32 of the same engine)| over real tokens "
@@ -399,14 +445,18 @@ def markdown(res: dict) -> str:
                              f"{s['mean_cosine_distance']:.1e} | "
                              + (f"{v['max_abs_diff']:.2e}" if v else "-") + " |")
         lines.append("")
-    for key, title in (("sst2", "SST-2 dev accuracy"), ("mrc", "MRC on the checklist-like dev")):
+    for key, title in (("sst2", "SST-2 dev accuracy"), ("mrc", "MRC F1, int8 against fp32")):
         sec = res.get(key)
         if sec is None:
             why = res["skipped"].get(key)
             if why:
                 lines += [f"### {title}", "", f"Not measured: {why}.", ""]
             continue
-        lines += [f"### {title}", "", f"Model `{sec['model']}`, dev `{sec['dev']}` ({sec['examples']} examples).", ""]
+        lines += [f"### {title}", "", f"Model `{sec['model']}`, dev `{sec['dev']}` ({sec['examples']} examples)."
+                  + (" This table measures what int8 costs against fp32 on one model and one dev set (read the "
+                     "differences; a model may have been trained on these questions): it is not a quality figure "
+                     "for the MRC system, whose quality is the out-of-fold score in its model card."
+                     if key == "mrc" else ""), ""]
         if key == "sst2":
             lines += ["| engine | accuracy | change vs fp32 | same prediction as fp32 | max abs Δ logit | seconds |",
                       "|---|---:|---:|---:|---:|---:|"]
@@ -422,7 +472,7 @@ def markdown(res: dict) -> str:
             st = sec.get("settings", {})
             lines += ["Official DuReader F1 / EM (×100) with the model's saved decoding "
                       f"(windows {st.get('max_length')}, stride {st.get('doc_stride')}, answers up to "
-                      f"{st.get('max_answer_length')} tokens, null threshold {st.get('null_threshold', 0):.2f}, "
+                      f"{st.get('max_answer_length')} tokens, " + null_rule(st.get("null_threshold", 0)) + ", "
                       f"P(answerable) ≥ {st.get('answerable_threshold', 0):.2f}); forced = F1 on the answerable "
                       "questions with the top span always given (span quality alone).", "",
                       "| engine | F1 | EM | answered | forced F1 | same answer as fp32 | same top span | "
@@ -455,6 +505,8 @@ def main() -> int:
     ap.add_argument("--mrc-dev", default=DEFAULT_MRC_DEV, help="SQuAD-layout dev file")
     ap.add_argument("--sections", default="hidden,sst2,mrc")
     ap.add_argument("--limit", type=int, default=None, help="first N examples (sequences for (a)) of each set")
+    ap.add_argument("--mrc-limit", type=int, default=None, help="first N questions of the MRC set "
+                    "(default: --limit); the static engine calibrates on the 32 after them")
     ap.add_argument("--hidden-examples", type=int, default=64, help="real-weight inputs for (a)")
     ap.add_argument("--max-length", type=int, default=128, help="SST-2 tokens")
     ap.add_argument("--batch-size", type=int, default=32)
@@ -463,6 +515,7 @@ def main() -> int:
     ap.add_argument("--workdir", default=None, help="model files (default: a temporary directory); the "
                     "benchmark's --workdir can be reused")
     args = ap.parse_args()
+    args.mrc_limit = args.mrc_limit or args.limit
     # before torch is imported: the benchmark's thread policy (idle threads sleep)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no load report per engine
@@ -484,8 +537,8 @@ def main() -> int:
     import onnxruntime
     import transformers
 
-    res = {"limit": args.limit, "skipped": {}, "skipped_real": {},
-           "environment": {"torch": torch.__version__, "transformers": transformers.__version__,
+    res = {"limit": args.limit, "mrc_limit": args.mrc_limit, "skipped": {}, "skipped_real": {},
+           "environment": {**machine(), "torch": torch.__version__, "transformers": transformers.__version__,
                            "onnxruntime": onnxruntime.__version__, **E.versions(), "threads": args.threads,
                            "python": platform.python_version()}}
     for key, model, dev in (("sst2", args.sst2_model, args.sst2_dev), ("mrc", args.mrc_model, args.mrc_dev)):
@@ -509,8 +562,9 @@ def main() -> int:
     os.makedirs(args.out_dir, exist_ok=True)
     md = markdown(res)
     print("\n" + md)
-    atomic_write_text(os.path.join(args.out_dir, "int8_accuracy.md"), md + "\n")
-    atomic_write_text(os.path.join(args.out_dir, "int8_accuracy.json"),
+    stem = page_stem(res["environment"])
+    atomic_write_text(os.path.join(args.out_dir, stem + ".md"), md + "\n")
+    atomic_write_text(os.path.join(args.out_dir, stem + ".json"),
                       json.dumps(res, indent=2, ensure_ascii=False) + "\n")
     return 0
 

@@ -245,6 +245,20 @@ def test_paired_ratio_compares_within_each_repetition():
     assert paired_peer(row, "bertfam") is None
 
 
+def test_a_page_links_its_cpu_kinds_accuracy_page(tmp_path):
+    """int8 accuracy differs by CPU kind (without VNNI the int8 kernels pack fitted weights): a page links
+    its own kind's accuracy page where one exists, else the AVX2 one, saying so."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from bench.report import accuracy_page
+
+    assert accuracy_page(str(tmp_path), "benchmarks") == "[int8_accuracy.md](int8_accuracy.md)"
+    other = accuracy_page(str(tmp_path), "benchmarks-epyc-zen4-avx512")
+    assert other.startswith("[int8_accuracy.md](int8_accuracy.md) (measured on an AVX2-only CPU")
+    (tmp_path / "int8_accuracy-epyc-zen4-avx512.md").write_text("page")
+    assert accuracy_page(str(tmp_path), "benchmarks-epyc-zen4-avx512") == \
+        "[int8_accuracy-epyc-zen4-avx512.md](int8_accuracy-epyc-zen4-avx512.md)"
+
+
 def test_a_page_links_the_other_cpu_kinds_pages(tmp_path):
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     from bench.report import other_pages, others_sentence

@@ -43,7 +43,10 @@ def acc(tmp_path_factory):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
                        env=dict(os.environ, PYTHONWARNINGS="ignore"))
     assert r.returncode == 0, r.stderr[-3000:]
-    return json.load(open(out / "int8_accuracy.json")), (out / "int8_accuracy.md").read_text()
+    pages = sorted(p.name for p in out.glob("int8_accuracy*"))
+    stem = pages[0][:-len(".json")]  # this CPU kind's page (one pair: .json, .md)
+    assert pages == [stem + ".json", stem + ".md"], pages
+    return json.load(open(out / (stem + ".json"))), (out / (stem + ".md")).read_text()
 
 
 def test_int8_accuracy_smoke(acc):
@@ -67,8 +70,42 @@ def test_int8_accuracy_smoke(acc):
     mrc = res["mrc"]
     assert mrc["examples"] == 6 and mrc["engines"]["bertfam"]["all"]["n"] == 6
     assert "forced_answerable" in mrc["engines"]["bertfam"]
-    for title in ("### Hidden states", "### SST-2 dev accuracy", "### MRC on the checklist-like dev"):
+    for title in ("### Hidden states", "### SST-2 dev accuracy", "### MRC F1, int8 against fp32"):
         assert title in md
+
+
+def test_int8_accuracy_names_the_cpu(acc):
+    """Int8 kernels differ by CPU (without VNNI the static kernel packs 7-bit weights): the page says on which
+    CPU it measured and what static int8 packed there, and is that CPU kind's page."""
+    from bertfam.modeling.int8_static import exact_u8s8
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import int8_accuracy as A
+    from bench.probes import cpu_simd
+
+    res, md = acc
+    env = res["environment"]
+    assert env["cpu"] == cpu_simd()[0] and env["simd"] == cpu_simd()[1]
+    assert f"CPU: {env['cpu']}" in md
+    packed = "8-bit weights" if exact_u8s8() else "fitted (no VNNI"
+    assert f"Static int8 (bertfam-int8-static) packs {packed}" in md
+    bench_page = "benchmarks" + A.page_stem(env)[len("int8_accuracy"):] + ".md"
+    assert f"[{bench_page}]({bench_page})" in md
+
+
+def test_int8_accuracy_page_per_cpu_kind():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import int8_accuracy as A
+
+    assert A.page_stem({"cpu": "AMD EPYC", "cpu_family": 25, "simd": ["avx", "avx2"]}) == "int8_accuracy"
+    assert A.page_stem({"cpu": "AMD EPYC", "cpu_family": 25, "simd": ["avx2", "avx512f", "avx512_vnni"]}) \
+        == "int8_accuracy-epyc-zen4-avx512"
+    assert A.page_stem({"cpu": "Intel(R) Xeon(R) Platinum", "simd": ["avx2", "avx512f", "amx_int8"]}) \
+        == "int8_accuracy-xeon-avx512-amx"
+    assert A.cpu_line({}) == "CPU: not recorded."
+    assert A.null_rule(-1e9) == "no null-score test" and A.null_rule(2.5) == "null threshold 2.50"
+    line = A.cpu_line({"cpu": "AMD EPYC", "cpu_family": 25, "simd": ["avx2"], "static_int8_weights": "8-bit"})
+    assert line.startswith("CPU: AMD EPYC, cpu family 25; flags: avx2.")
 
 
 def test_int8_accuracy_openvino(acc):

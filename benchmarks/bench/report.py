@@ -172,8 +172,20 @@ def pct(x) -> str:
     return f"{100 * x:.0f} %" if x is not None else "-"
 
 
-def markdown(results: dict, others: list = ()) -> str:
-    """The page; `others` = other_pages(...): the other CPU kinds' pages, linked under the title."""
+def accuracy_page(out_dir: str, stem: str) -> str:
+    """A markdown link to the int8 accuracy page of this CPU kind (benchmarks/int8_accuracy.py names its pages
+    as these: int8_accuracy.md on AVX2-only CPUs, int8_accuracy-epyc-zen4-avx512.md ...), or, where that kind
+    has none in out_dir yet, to the AVX2 one, said so."""
+    own = "int8_accuracy" + stem[len("benchmarks"):] + ".md"
+    if own == "int8_accuracy.md" or os.path.exists(os.path.join(out_dir, own)):
+        return f"[{own}]({own})"
+    return ("[int8_accuracy.md](int8_accuracy.md) (measured on an AVX2-only CPU: this kind has no page of its own "
+            "yet; notes per CPU kind in [int8_kernels.md](int8_kernels.md))")
+
+
+def markdown(results: dict, others: list = (), accuracy: str = "[int8_accuracy.md](int8_accuracy.md)") -> str:
+    """The page; `others` = other_pages(...): the other CPU kinds' pages, linked under the title; `accuracy` =
+    accuracy_page(...): the link to the int8 accuracy page."""
     env, c = results["environment"], results["ceiling"]
     la = results["load_average"]
     has_int8 = "int8_ceiling" in c
@@ -234,8 +246,7 @@ def markdown(results: dict, others: list = ()) -> str:
                   f"bertfam {p['diff_bertfam_vs_hf']:.1e}, onnxruntime {p['diff_onnx_vs_hf']:.1e}"
                   + "".join(f", {e} {q['max_abs_diff_vs_hf']:.1e} (mean {q['mean_abs_diff_vs_hf']:.1e})"
                             for e, q in m.get("engines", {}).items() if q.get("available"))
-                  + " (int8: the quantization error on random weights; real weights: "
-                    "[int8_accuracy.md](int8_accuracy.md)).", ""]
+                  + f" (int8: the quantization error on random weights; real weights: {accuracy}).", ""]
         missing = {e: q["reason"] for e, q in m.get("engines", {}).items() if not q.get("available")}
         for row in m["cases"].values():
             missing.update({e: r for e, r in row.get("unavailable", {}).items() if e not in missing})
@@ -281,7 +292,7 @@ def markdown(results: dict, others: list = ()) -> str:
         "The int8 engines run inference cases only.",
         "", f"![speed-up over transformers]({stem_of(results)}.png)", "",
         "Accuracy cost of the int8 engines (hidden-state differences, SST-2 accuracy, MRC F1): "
-        "[int8_accuracy.md](int8_accuracy.md), from `benchmarks/int8_accuracy.py`.", ""]
+        f"{accuracy}, from `benchmarks/int8_accuracy.py`.", ""]
     return "\n".join(lines)
 
 
@@ -298,7 +309,7 @@ def write_outputs(results: dict, args, final: bool = True) -> None:
 
     os.makedirs(args.out_dir, exist_ok=True)
     results["complete"] = final
-    md = markdown(results, other_pages(args.out_dir, stem_of(results)))
+    md = markdown(results, other_pages(args.out_dir, stem_of(results)), accuracy_page(args.out_dir, stem_of(results)))
     if final:
         print("\n" + md)
     stem = os.path.join(args.out_dir, stem_of(results))
