@@ -204,14 +204,22 @@ def exact_u8s8() -> bool:
     return any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
 
 
+_FIT_ROWS = 64  # rows per block in pair_peaks / fit_weights: their temporaries stay small (a whole-matrix
+# version raised the static bert-base's peak RSS by 120-160 MB: freed blocks of 10-40 MB fragment the heap)
+
+
 def pair_peaks(w: torch.Tensor) -> torch.Tensor:
     """int8 weights (N, K) -> (N,) int32: per output channel, the largest same-sign sum of a pair of
     neighbouring weights along K, w[n, 2j] and w[n, 2j+1] (a zero after the last where K is odd): the pair
     vpmaddubsw adds in int16, times an input code of up to 255."""
     n, k = w.shape
-    p = torch.nn.functional.pad(w.to(torch.int32), (0, k % 2)).view(n, -1, 2)  # (N, K/2, 2)
-    peak = torch.maximum(p.clamp(min=0).sum(-1), (-p).clamp(min=0).sum(-1))  # (N, K/2)
-    return peak.amax(-1) if peak.shape[1] else torch.zeros(n, dtype=torch.int32)
+    out = torch.zeros(n, dtype=torch.int32)
+    for a in range(0, n if k else 0, _FIT_ROWS):
+        p = torch.nn.functional.pad(w[a:a + _FIT_ROWS].to(torch.int16), (0, k % 2)).view(-1, (k + 1) // 2, 2)
+        pos = p.clamp(min=0).sum(-1, dtype=torch.int16)  # (rows, K/2): |sums| <= 254 fit int16
+        neg = p.clamp(max=0).sum(-1, dtype=torch.int16).neg_()
+        out[a:a + _FIT_ROWS] = torch.maximum(pos, neg).amax(-1)
+    return out
 
 
 def fit_weights(w: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -221,8 +229,11 @@ def fit_weights(w: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, t
     with no large pair stays as it is; the rest lose log2(r) bits (r = 1.25-1.33 at the median on real and
     random BERT weights, docs/int8_kernels.md), where halving every weight would lose one; r <= 254 / 127 = 2."""
     peak = pair_peaks(w)  # (N,)
-    r = torch.where(peak > 128, peak.float() / 127, torch.ones_like(w_scale, dtype=torch.float32))  # (N,)
-    return torch.round(w.float() / r[:, None]).to(torch.int8), w_scale * r
+    r = torch.where(peak > 128, peak.float() / 127, torch.ones(peak.shape))  # (N,)
+    q = torch.empty_like(w)
+    for a in range(0, w.shape[0], _FIT_ROWS):  # in blocks, as pair_peaks
+        q[a:a + _FIT_ROWS] = w[a:a + _FIT_ROWS].float().div_(r[a:a + _FIT_ROWS, None]).round_()
+    return q, w_scale * r
 
 
 def pack_linear(q: torch.Tensor, scale: torch.Tensor, bias: Optional[torch.Tensor]):
