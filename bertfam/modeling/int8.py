@@ -184,7 +184,8 @@ def dequantize_rows(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=1)
-def _cpu_flags() -> list:
+def cpu_flags() -> list:
+    """This CPU's feature flags from /proc/cpuinfo, read once ([] where there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
             return next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
@@ -200,7 +201,7 @@ def exact_u8s8() -> bool:
     (AMD EPYC Zen 3). A pair whose same-sign magnitudes sum to at most 128 cannot (255 x 128 = 32,640 <
     32,767), so there both packers (pack_linear, StaticInt8Linear.kernel) pack weights fitted to that
     (fit_weights)."""
-    flags = _cpu_flags()
+    flags = cpu_flags()
     return any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
 
 

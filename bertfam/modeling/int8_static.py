@@ -63,7 +63,7 @@ from ..errors import ConfigError
 from .activations import ACT
 from .attention_core import core_of, matmul_up_to
 from .encoder import Encoder, Layer
-from .int8 import (Int8Linear, _cpu_flags, check_inference, exact_u8s8, fit_weights, pair_peaks,  # noqa: F401
+from .int8 import (Int8Linear, check_inference, cpu_flags, exact_u8s8, fit_weights, pair_peaks,  # noqa: F401
                    quantize_int8, record_quantization)
 from .swap import swap_modules
 
@@ -252,7 +252,7 @@ class StaticInt8Layer(Layer):
 def native_bf16() -> bool:
     """Whether this CPU computes bfloat16 natively (AVX512_BF16 or AMX): there bf16 attention is 2.7-3.2x
     faster than float32 (docs/int8_kernels.md); elsewhere bf16 is emulated and slower."""
-    flags = _cpu_flags()
+    flags = cpu_flags()
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
