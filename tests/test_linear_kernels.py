@@ -202,7 +202,8 @@ def test_auto_probes_once_caches_and_applies_its_choice(tiny_cfg, cache_home, mo
     (entry,) = data["entries"].values()
     shapes = {L.shape_class(x) for _, _, x in L.projections(m)}
     assert set(entry["choice"]) == shapes and entry["threads"] == torch.get_num_threads()
-    assert {s: [k] for s, k in entry["choice"].items()} == L.kernels_in_use(m)
+    assert {s: [L.label(*L.parse_spec(k))] for s, k in entry["choice"].items()} == L.kernels_in_use(m)
+    assert entry["rows"] == [8, 24] and all(len(t) == 2 for d in entry["seconds"].values() for t in d.values())
     optimize_for_inference(bertfam.build_model(tiny_cfg, seed=1).eval(), linear="auto")
     assert runs == [1]  # the cached choice
     n = torch.get_num_threads()
@@ -214,7 +215,7 @@ def test_auto_probes_once_caches_and_applies_its_choice(tiny_cfg, cache_home, mo
     assert runs == [1, 1] and len(json.loads(cache_home.read_text())["entries"]) == 2
 
 
-@pytest.mark.parametrize("garbage", ["{not json", "[]", '{"format": 1, "entries": 3}', "\xff\xfe"])
+@pytest.mark.parametrize("garbage", ["{not json", "[]", '{"format": %d, "entries": 3}' % P.CACHE_FORMAT, "\xff\xfe"])
 def test_a_corrupt_cache_is_ignored_with_one_warning_and_rewritten(tiny_cfg, cache_home, caplog, garbage,
                                                                    monkeypatch):
     cache_home.parent.mkdir(parents=True)
@@ -234,23 +235,118 @@ def test_a_corrupt_cache_is_ignored_with_one_warning_and_rewritten(tiny_cfg, cac
 
 def test_probe_picks_the_fastest_and_skips_kernels_that_fail(monkeypatch):
     fake = {"aten": 1.0, "mkl": 0.5, "mkldnn": 0.8}
-    monkeypatch.setattr(P, "_time_one", lambda kernel, x, w, b, reps, ref: fake[kernel])
+    monkeypatch.setattr(P, "_race", lambda fns, reps: {k: fake[k] for k in fns})
     monkeypatch.setattr(L, "kernel_ops_present", lambda k: True)
     assert P.probe(["8x16"], rows=(4,), reps=1)["choice"] == {"8x16": "mkl"}
     fake.update(mkl=0.99, mkldnn=0.985)  # both within TIE of aten: the plain path keeps it
     assert P.probe(["8x16"], rows=(4,), reps=1)["choice"] == {"8x16": "aten"}
 
-    def broken(kernel, x, w, b, reps, ref):
+    real_calls = P._calls
+
+    def broken(kernel, xs, w, b, refs):
         if kernel == "mkldnn":
             raise RuntimeError("could not create a primitive descriptor\nsecond line")
-        return {"aten": 1.0, "mkl": 2.0}[kernel]
+        return real_calls(kernel, xs, w, b, refs)
 
-    monkeypatch.setattr(P, "_time_one", broken)
+    fake.update(mkl=2.0)
+    monkeypatch.setattr(P, "_calls", broken)
     monkeypatch.setattr(L, "kernel_ops_present", lambda k: k != "mkl")
     r = P.probe(["8x16"], rows=(4,), reps=1)
     assert r["choice"] == {"8x16": "aten"}
     assert r["skipped"]["8x16"] == {"mkl": "op not in this torch build",
                                     "mkldnn": "RuntimeError: could not create a primitive descriptor"}
+
+
+def test_probe_times_each_row_count_and_keeps_a_kernel_where_it_wins(monkeypatch):
+    """Per row count the probe races the kernels; the choice holds the packed kernel only at the row counts
+    where it beat aten (the Zen 3 case: oneDNN faster at 64 rows, slower at 256 and 1,024)."""
+    per_rows = {64: {"aten": 1.0, "mkl": 0.99, "mkldnn": 0.8}, 256: {"aten": 1.0, "mkl": 1.1, "mkldnn": 1.08},
+                1024: {"aten": 1.0, "mkl": 1.2, "mkldnn": 1.15}}
+    reps_seen = []
+
+    def race(fns, reps):
+        rows = next(iter(fns.values())).args[1].shape[0]  # functools.partial(addmm, b, x, ...) : x is args[1]
+        reps_seen.append((rows, reps))
+        return {k: per_rows[rows][k] for k in fns}
+
+    monkeypatch.setattr(P, "_race", race)
+    monkeypatch.setattr(L, "kernel_ops_present", lambda k: True)
+    monkeypatch.setattr(P, "_calls", lambda kernel, xs, w, b, refs: [
+        __import__("functools").partial(torch.addmm, b, x) for x in xs])
+    r = P.probe(["8x16"], rows=(1024, 64, 256), reps=2)
+    assert r["rows"] == [64, 256, 1024]
+    assert r["choice"] == {"8x16": {"kernel": "mkldnn", "rows": [[0, 128]]}}
+    assert r["seconds"]["8x16"]["mkldnn"] == [0.8, 1.08, 1.15]
+    assert reps_seen == [(64, 8), (256, 8), (1024, 2)]  # short calls are repeated more (PROBE_MAX_REPS)
+
+
+@pytest.mark.parametrize("aten,dnn,want", [
+    ([1.0, 1.0, 1.0], [0.8, 1.1, 1.2], {"kernel": "mkldnn", "rows": [[0, 128]]}),
+    ([1.0, 1.0, 1.0], [1.1, 0.8, 0.8], {"kernel": "mkldnn", "rows": [[128, None]]}),
+    ([1.0, 1.0, 1.0], [0.8, 1.0, 0.8], {"kernel": "mkldnn", "rows": [[0, 128], [512, None]]}),
+    ([1.0, 1.0, 1.0], [0.8, 0.9, 1.0], {"kernel": "mkldnn", "rows": [[0, 512]]}),
+    ([1.0, 1.0, 1.0], [0.9, 0.9, 0.9], "mkldnn"),
+    ([1.0, 1.0, 1.0], [0.98, 0.99, 1.2], "aten"),  # within TIE everywhere it is faster
+])
+def test_decide_turns_row_count_verdicts_into_row_ranges(aten, dnn, want):
+    assert P.decide((64, 256, 1024), {"aten": aten, "mkldnn": dnn}) == want
+
+
+def test_decide_takes_the_packed_kernel_that_saves_most_not_the_least_total():
+    """mkl is least in total (the 1,024-row time dominates) but saves nothing where it is faster than aten by
+    more than TIE; mkldnn saves 20 % at 64 rows: mkldnn runs there."""
+    times = {"aten": [1.0, 4.0, 16.0], "mkl": [0.99, 4.0, 16.1], "mkldnn": [0.8, 4.4, 18.0]}
+    assert P.decide((64, 256, 1024), times) == {"kernel": "mkldnn", "rows": [[0, 128]]}
+    assert P.decide((64,), {"mkl": [2.0], "mkldnn": [1.0]}) == "mkldnn"  # no aten (a fake probe)
+    assert P.decide((64,), {"aten": [1.0]}) == "aten"
+
+
+@pytest.mark.skipif(not PACKED, reason="no packed fp32 kernel in this torch build")
+def test_a_row_ranged_choice_runs_packed_only_in_its_ranges(tiny_cfg, monkeypatch):
+    """The swapped projection runs its packed kernel for calls whose row count is in a range, addmm for the
+    rest; outputs match the plain model either way."""
+    kernel = PACKED[-1]
+    plain = bertfam.build_model(tiny_cfg, seed=0).eval()
+    shapes = L.kernels_in_use(plain)
+    fast = optimize_for_inference(copy.deepcopy(plain), reuse_buffers=False,
+                                  linear="aten")  # plain first; then the ranged choice
+    L.swap_projections(fast, {s: {"kernel": kernel, "rows": [[0, 20]]} for s in shapes})
+    assert set(sum(L.kernels_in_use(fast).values(), [])) == {f"{kernel} at 0-19 rows, else aten"}
+    seen = _calls(monkeypatch)
+    for B, T, packed in ((2, 9, True), (3, 30, False)):  # 10 real tokens: packed; 33 or more: addmm
+        seen.clear()
+        kw = _batch(tiny_cfg, B=B, T=T, seed=B)
+        with torch.inference_mode():
+            got, want = fast(**kw).last_hidden_state, plain(**kw).last_hidden_state
+        assert _rel_diff(got, want) < 1e-4
+        assert bool(seen) == packed and set(seen) <= {kernel}
+    L.swap_projections(fast, kernel)  # a plain kernel name again: every row count
+    assert set(sum(L.kernels_in_use(fast).values(), [])) == {kernel}
+
+
+@pytest.mark.parametrize("spec", ["mkldnn2", {"kernel": "mkl"}, {"kernel": "mkl", "rows": []},
+                                  {"kernel": "mkl", "rows": [[5, 3]]}, {"kernel": "mkl", "rows": [["0", None]]},
+                                  {"kernel": "mkl", "rows": [[0, None]], "extra": 1}])
+def test_bad_specs_are_refused_and_a_cache_holding_one_is_probed_again(spec, cache_home, monkeypatch):
+    with pytest.raises(ValueError):
+        L.parse_spec(spec)
+    key, facts = P.cache_key(["8x16"])
+    cache_home.parent.mkdir(parents=True)
+    cache_home.write_text(json.dumps({"format": P.CACHE_FORMAT, "entries": {key: {"choice": {"8x16": spec}}}}))
+    runs = _count_probes(monkeypatch)
+    P.choose(["8x16"])
+    assert runs == [1]
+
+
+def test_an_older_cache_format_is_probed_again_without_a_warning(cache_home, caplog, monkeypatch):
+    key, facts = P.cache_key(["8x16"])
+    cache_home.parent.mkdir(parents=True)
+    cache_home.write_text(json.dumps({"format": 1, "entries": {key: {"choice": {"8x16": "mkl"}}}}))
+    runs = _count_probes(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="bertfam"):
+        P.choose(["8x16"])
+    assert runs == [1] and not caplog.records
+    assert json.loads(cache_home.read_text())["format"] == P.CACHE_FORMAT
 
 
 def test_probe_rejects_a_kernel_with_wrong_results(monkeypatch):

@@ -10,9 +10,16 @@ projections (attn.qkv, attn.out, ffn_in, ffn_out):
             (`torch.ops.mkldnn._reorder_linear_weight`, `torch.ops.mkldnn._linear_pointwise`), the kernel
             inductor's freezing pass uses when the batch size is dynamic.
 - "auto":   per weight shape, the fastest of those on this machine, measured by a short probe
-            (linear_probe.py) and cached on disk per CPU, torch version and thread count.
+            (linear_probe.py) at a few row counts and cached on disk per CPU, torch version and thread
+            count; the choice may hold a packed kernel for some row counts only (`rows`, below).
 Why: torch's default fp32 linear repacks the weight matrix on every call; inductor with freezing and OpenVINO
-pack it once. Which kernel wins depends on the CPU (AVX2 vs AVX-512) and the row count, hence a probe.
+pack it once. Which kernel wins depends on the CPU (AVX2 vs AVX-512) and the row count, hence a probe. On an
+AMD EPYC Zen 3 with AVX2 only, oneDNN's packed kernel beats addmm by 10-25 % at 64 rows and loses by 12-20 %
+at 1,024 (a full batch of 8 x 128 tokens; docs/benchmarks.md): one kernel per shape cannot be right for both.
+
+A shape's choice is a kernel name (every row count) or {"kernel": k, "rows": [[lo, hi], ...]}: k runs on a
+call of M rows when lo <= M < hi for one of the ranges (hi null: no upper end), addmm otherwise; the
+dispatch is one comparison per call (`PackedLinear.rows`).
 
 The swap replaces each projection by a `PackedLinear` (an nn.Linear subclass, built by swap.rebuilt_as from
 the nn.Linear: the very same `weight` and `bias` Parameters, so state-dict names and values, save_pretrained
@@ -51,7 +58,8 @@ from .layout import tracing
 
 KERNELS = ("aten", "mkl", "mkldnn")
 LINEAR = ("auto", *KERNELS)
-# rows per packed MKL call (see above); the probe times 256 rows; benchmarks/linear_kernels.py compares sizes
+# rows per packed MKL call (see above); the probe times 64, 256 and 1,024 rows; benchmarks/linear_kernels.py
+# compares sizes
 MKL_CHUNK = 256
 # the encoder layers' projections, as (owner attribute or None for the layer itself, linear attribute)
 PROJECTIONS = {"attn.qkv": ("attn", "qkv"), "attn.out": ("attn", "out"), "ffn_in": (None, "ffn_in"),
@@ -136,9 +144,12 @@ def _version(t: torch.Tensor) -> int:
 # ---------------------------------------------------------------- the swapped module
 class PackedLinear(nn.Linear):
     """nn.Linear whose inference forward runs `kernel` on a packed copy of the weight (module docstring).
-    Made by swapping (`swap_projections`), never constructed directly: it holds the nn.Linear's own Parameters."""
+    Made by swapping (`swap_projections`), never constructed directly: it holds the nn.Linear's own Parameters.
+    `rows`: None (the packed kernel at every row count) or ((lo, hi), ...): only calls of lo <= M < hi rows
+    (hi None: unbounded) run packed, the rest addmm."""
 
     kernel: str = "aten"
+    rows: Optional[tuple] = None
 
     def packed(self) -> Optional[torch.Tensor]:
         """The packed weight, (re)packed when the weight or bias changed since; None where it cannot run
@@ -163,7 +174,8 @@ class PackedLinear(nn.Linear):
         """The packed kernel may run on x: eval mode, nothing differentiated, traced or autocast, fp32 CPU."""
         autocast = torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")
         return (not self.training and not torch.is_grad_enabled() and not tracing() and not autocast
-                and x.dtype == torch.float32 and x.device.type == "cpu" and x.numel() > 0)
+                and x.dtype == torch.float32 and x.device.type == "cpu" and x.numel() > 0
+                and (self.rows is None or in_ranges(x.numel() // x.shape[-1], self.rows)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.packed() if self.packed_allowed(x) else None
@@ -192,7 +204,7 @@ class PackedLinear(nn.Linear):
         return state
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, kernel={self.kernel}"
+        return f"{super().extra_repr()}, kernel={label(self.kernel, self.rows)}"
 
 
 class MklLinear(PackedLinear):
@@ -224,33 +236,70 @@ def shape_class(lin: nn.Module) -> str:
     return f"{lin.in_features}x{lin.out_features}"
 
 
+def parse_spec(spec) -> tuple[str, Optional[tuple]]:
+    """(kernel, rows) of one shape's choice: a kernel name, or {"kernel": k, "rows": [[lo, hi or None], ...]}
+    (module docstring). ValueError for anything else (the probe's cache is checked with it)."""
+    if isinstance(spec, str) and spec in KERNELS:
+        return spec, None
+    if isinstance(spec, dict) and set(spec) == {"kernel", "rows"} and spec["kernel"] in KERNELS \
+            and isinstance(spec["rows"], list) and spec["rows"]:
+        rows = []
+        for r in spec["rows"]:
+            ok = isinstance(r, (list, tuple)) and len(r) == 2 and isinstance(r[0], int) and r[0] >= 0 \
+                and (r[1] is None or (isinstance(r[1], int) and r[1] > r[0]))
+            if not ok:
+                raise ValueError(f"bad row range {r!r}")
+            rows.append((r[0], r[1]))
+        return spec["kernel"], tuple(rows)
+    raise ValueError(f"not a kernel choice: {spec!r}")
+
+
+def in_ranges(m: int, rows: tuple) -> bool:
+    """Whether m rows fall in one of the (lo, hi) ranges (hi None: unbounded)."""
+    return any(lo <= m and (hi is None or m < hi) for lo, hi in rows)
+
+
+def label(kernel: str, rows: Optional[tuple]) -> str:
+    """"mkldnn", or "mkldnn at 0-127 rows, aten above" style: what a projection runs, for reports."""
+    if rows is None or kernel == "aten":
+        return kernel
+    spans = ", ".join(f"{lo}-{hi - 1}" if hi is not None else f"{lo}+" for lo, hi in rows)
+    return f"{kernel} at {spans} rows, else aten"
+
+
 def swap_projections(model: nn.Module, choice) -> nn.Module:
     """Set each encoder layer projection's kernel: `choice` a kernel of KERNELS, or a dict shape_class ->
-    kernel (the probe's; shapes not in it stay aten). A plain nn.Linear or a PackedLinear becomes the
-    PackedLinear of its kernel, or back to nn.Linear for "aten", by swap.rebuilt_as (same Parameters); anything
-    else (an Int8Linear) is left alone. Packs the weights now, so the cost is paid at load, not in the first
-    batch. In place; returns model."""
+    spec (the probe's: a kernel name or a kernel with row ranges, parse_spec; shapes not in it stay aten). A
+    plain nn.Linear or a PackedLinear becomes the PackedLinear of its kernel, or back to nn.Linear for "aten",
+    by swap.rebuilt_as (same Parameters); anything else (an Int8Linear) is left alone. Packs the weights now,
+    so the cost is paid at load, not in the first batch. In place; returns model."""
     from .swap import rebuilt_as
 
     for owner, attr, lin in projections(model):
         if type(lin) not in (nn.Linear, MklLinear, MkldnnLinear):
             continue
-        kernel = choice.get(shape_class(lin), "aten") if isinstance(choice, dict) else choice
+        kernel, rows = parse_spec(choice.get(shape_class(lin), "aten") if isinstance(choice, dict) else choice)
         cls = CLASSES.get(kernel, nn.Linear)
         if type(lin) is not cls:
             new = rebuilt_as(lin, cls, drop=("_packed",))
             setattr(owner, attr, new)
             lin = new
         if isinstance(lin, PackedLinear):
+            if rows is None:
+                lin.__dict__.pop("rows", None)  # the class default: every row count
+            else:
+                lin.rows = rows
             lin.packed()
     return model
 
 
 def kernels_in_use(model: nn.Module) -> dict:
-    """shape_class -> sorted kernels of the encoder projections of that shape (int8 for Int8Linear)."""
+    """shape_class -> sorted kernels of the encoder projections of that shape (int8 for Int8Linear; a packed
+    kernel for some row counts only as label() writes it)."""
     out: dict = {}
     for _, _, lin in projections(model):
-        k = lin.kernel if isinstance(lin, PackedLinear) else "aten" if type(lin) is nn.Linear else "int8"
+        k = label(lin.kernel, lin.rows) if isinstance(lin, PackedLinear) else \
+            "aten" if type(lin) is nn.Linear else "int8"
         out.setdefault(shape_class(lin), set()).add(k)
     return {s: sorted(v) for s, v in out.items()}
 
