@@ -173,6 +173,11 @@ def main() -> int:
     print(f"int8 GEMM ceiling (fastest of {', '.join(ceiling['int8_compared'])}): {ceiling['int8_ceiling']:.1f} "
           "GOP/s " + ", ".join(f"{k} {v:.1f} {ceiling['int8_kernels'][k]}" for k, v in ceiling["int8_gops"].items()),
           flush=True)
+    # bertfam's fp32 kernel choice (linear="auto") is probed afresh in this run, as its ceilings are: a choice
+    # cached from another time (perhaps a loaded spell) would not be this run's; the probe's cache for the
+    # workers lives in the run's workdir, never in the user's ~/.cache
+    os.makedirs(args.workdir, exist_ok=True)
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="linear-probe-", dir=args.workdir)
     results = {"ceiling": ceiling, "models": {}, "args": vars(args),
                "environment": dict(environment(args.threads, args.spin), wait_policy=why),
                "engine_labels": {e: E.LABELS[e] for e in requested},
@@ -186,6 +191,11 @@ def main() -> int:
         live = [e for e in requested if e in BASE or probes.get(e, {}).get("available")]
         rows = {}
         results["models"][mname] = {"prepare": prep, "engines": probes, "cases": rows}
+        if any(e.startswith("bertfam") and not E.is_int8(e) for e in live):
+            lp = run_job(args, "linear_probe", model=mname)
+            results["models"][mname]["linear_probe"] = lp
+            print(f"{mname}: bertfam's fp32 projection kernels (probe {lp['probe_s']:.1f} s): "
+                  f"{report.kernel_choice(lp['choice'])}", flush=True)
         for case in args.cases.split(","):
             kind = cases.CASES[case][0]
             t = time_case(args, mname, case, live)

@@ -115,6 +115,21 @@ def test_encoder_benchmark_smoke(bench):
     assert "; paired " in md
 
 
+def test_encoder_benchmark_probes_bertfams_fp32_kernels_in_the_run(bench):
+    """The fp32 kernel choice bertfam ran with is probed in the run (its cache in the workdir, not ~/.cache)
+    and named on the page, shape by shape."""
+    res, md, out = bench
+    lp = res["models"]["bert-tiny"]["linear_probe"]
+    shapes = {"128x384", "128x128", "128x512", "512x128"}  # bert-tiny: hidden 128, FFN 512
+    assert set(lp["choice"]) == shapes and lp["rows"] == [64, 256, 1024] and lp["probe_s"] > 0
+    assert all(len(times) == 3 for per in lp["seconds"].values() for times in per.values())
+    line = next(x for x in md.splitlines() if x.startswith("bertfam's fp32 projection kernels, probed"))
+    assert all(s in line for s in shapes)
+    assert "bertfam's fp32 projection kernels" in out
+    work = os.path.join(res["args"]["workdir"])
+    assert any(name.startswith("linear-probe-") for name in os.listdir(work))
+
+
 def test_encoder_benchmark_ceilings(bench):
     res, md, out = bench
     c = res["ceiling"]

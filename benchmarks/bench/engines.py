@@ -49,8 +49,9 @@ LABELS = {
                       "weight, embeddings included), decompressed in the kernels; compute stays fp32",
     "openvino-int8": "OpenVINO on nncf.quantize(model_type=TRANSFORMER): static int8 weights and activations, "
                      "calibrated on a few batches (random token ids in encoder_throughput.py)",
-    "bertfam": "bertfam, optimize_for_inference (buffer reuse; the encoder projections' fp32 kernel the probe "
-               "chose here, linear=None = auto: bertfam/modeling/linear_probe.py), unpadded (packed) path, fp32",
+    "bertfam": "bertfam, optimize_for_inference (buffer reuse; the encoder projections' fp32 kernel per shape "
+               "and row count that the probe chose at the model's start in this run, linear=None = auto: "
+               "bertfam/modeling/linear_probe.py), unpadded (packed) path, fp32",
     "bertfam-int8": "bertfam, optimize_for_inference(int8=True): the encoder's nn.Linear layers int8 "
                     "dynamic-quantized (bertfam/modeling/int8.py)",
     "bertfam-int8-static": "bertfam static int8 (bertfam quantize --calibrate; bertfam/modeling/int8_static.py): "
@@ -64,9 +65,10 @@ LABELS = {
                    "packed-sgemm weights (bertfam/modeling/linear.py)",
     "bertfam-mkldnn": "bertfam as `bertfam`, optimize_for_inference(linear=\"mkldnn\"): encoder projections on "
                       "oneDNN prepacked weights (bertfam/modeling/linear.py)",
-    "bertfam-auto": "bertfam as `bertfam` (whose default it is), optimize_for_inference(linear=\"auto\"): per weight shape the kernel "
-                    "a probe found fastest here, cached in ~/.cache/bertfam/linear_kernels.json (delete it to "
-                    "probe again; bertfam/modeling/linear_probe.py)",
+    "bertfam-auto": "bertfam as `bertfam` (whose default it is), optimize_for_inference(linear=\"auto\"): per weight "
+                    "shape and row count the kernel a probe found fastest here (outside make bench cached in "
+                    "~/.cache/bertfam/linear_kernels.json: delete it to probe again; "
+                    "bertfam/modeling/linear_probe.py)",
 }
 TRAIN = ("transformers", "bertfam")  # the MLM training case: transformers' BertForMaskedLM vs bertfam
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")

@@ -203,8 +203,26 @@ def worker_probe(args) -> dict:
     return out
 
 
+def worker_linear_probe(args) -> dict:
+    """bertfam's fp32 projection-kernel probe (linear="auto", bertfam/modeling/linear_probe.py) for the
+    model's shapes, run once here so that the engines' workers find its choice in the cache (XDG_CACHE_HOME,
+    set by encoder_throughput.py to a directory of this run) and no timed or memory-measured process probes.
+    {"choice", "rows", "seconds", "probe_s"} as cached."""
+    worker.set_threads(args.threads)
+    from bertfam.modeling import linear as L
+    from bertfam.modeling import linear_probe as P
+
+    model = cases.bertfam_model(args.model)
+    shapes = sorted({L.shape_class(lin) for _, _, lin in L.projections(model)})
+    P.choose(shapes)
+    with open(P.cache_path()) as f:
+        entries = json.load(f)["entries"]
+    key, _ = P.cache_key(shapes)
+    return {k: entries[key][k] for k in ("choice", "rows", "seconds", "probe_s")}
+
+
 JOBS = {"time": worker_time, "memory": worker_memory, "ceiling": worker_ceiling, "prepare": worker_prepare,
-        "probe": worker_probe}
+        "probe": worker_probe, "linear_probe": worker_linear_probe}
 
 
 def run_job(what: str, *, threads: int, spin: bool = False, **options) -> dict:

@@ -247,6 +247,11 @@ def markdown(results: dict, others: list = (), accuracy: str = "[int8_accuracy.m
                   + "".join(f", {e} {q['max_abs_diff_vs_hf']:.1e} (mean {q['mean_abs_diff_vs_hf']:.1e})"
                             for e, q in m.get("engines", {}).items() if q.get("available"))
                   + f" (int8: the quantization error on random weights; real weights: {accuracy}).", ""]
+        if m.get("linear_probe"):
+            lp = m["linear_probe"]
+            lines += [f"bertfam's fp32 projection kernels, probed at this model's start in this run "
+                      f"(`linear=\"auto\"`, rows {', '.join(str(r) for r in lp['rows'])}; {lp['probe_s']:.1f} s): "
+                      f"{kernel_choice(lp['choice'])}.", ""]
         missing = {e: q["reason"] for e, q in m.get("engines", {}).items() if not q.get("available")}
         for row in m["cases"].values():
             missing.update({e: r for e, r in row.get("unavailable", {}).items() if e not in missing})
@@ -363,3 +368,10 @@ def plot(results: dict, path: str) -> None:
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
+
+
+def kernel_choice(choice: dict) -> str:
+    """'in x out: kernel' per projection shape, as the swapped modules label themselves (linear.label)."""
+    from bertfam.modeling import linear as L
+
+    return "; ".join(f"{shape} {L.label(*L.parse_spec(spec))}" for shape, spec in sorted(choice.items()))
