@@ -397,3 +397,28 @@ def test_the_default_is_auto_for_a_float32_model_only(tiny_cfg, monkeypatch):
     e = quantize_int8(bertfam.build_model(tiny_cfg, seed=0).eval(), modules=("embeddings.word",))
     optimize_for_inference(e)
     assert asked == [1, 1] and set(sum(L.kernels_in_use(e).values(), [])) == {PACKED[-1]}
+
+
+def test_info_kernels_prints_the_choice_and_reprobe_replaces_it(tiny_cfg, cache_home, tmp_path, monkeypatch,
+                                                                capsys):
+    """`bertfam info DIR --kernels` names the kernel per projection shape with the probe's times per row count,
+    probing once; --reprobe probes again; --reprobe alone is an option error; an int8 model has no choice."""
+    from bertfam.cli import main
+    from bertfam.modeling.int8 import quantize_int8
+
+    d = tmp_path / "m"
+    model = bertfam.build_model(tiny_cfg, seed=0)
+    model.save_pretrained(str(d))
+    runs = _count_probes(monkeypatch)
+    assert main(["info", str(d), "--kernels"]) == 0
+    out = capsys.readouterr().out
+    shapes = {L.shape_class(x) for _, _, x in L.projections(model)}
+    assert runs == [1] and all(s in out for s in shapes) and out.count("ms at 8/24 rows: aten ") == len(shapes)
+    assert str(cache_home) in out
+    assert main(["info", str(d), "--kernels"]) == 0 and runs == [1]  # the cached choice
+    assert capsys.readouterr().out.splitlines()[2:] == out.splitlines()[2:]
+    assert main(["info", str(d), "--kernels", "--reprobe"]) == 0 and runs == [1, 1]
+    capsys.readouterr()
+    assert main(["info", str(d), "--reprobe"]) == 2
+    assert "--reprobe needs --kernels" in capsys.readouterr().err
+    assert optimize.uses_fp32_kernels(model) and not optimize.uses_fp32_kernels(quantize_int8(model))

@@ -7,6 +7,11 @@ from .common import positive_int
 def register(sub) -> None:
     p = sub.add_parser("info", help="describe a checkpoint directory (bertfam or Hugging Face)")
     p.add_argument("path")
+    p.add_argument("--kernels", action="store_true",
+                   help="the fp32 projection kernels this machine runs for the model (the probe's cached choice)")
+    p.add_argument("--reprobe", action="store_true",
+                   help="with --kernels: probe again and replace the cached choice (e.g. one made while other "
+                        "work slowed the machine)")
     p.set_defaults(func=_info)
 
     p = sub.add_parser("convert", help="convert checkpoints between formats")
@@ -47,9 +52,12 @@ def register(sub) -> None:
 
 
 def _info(args) -> int:
-    from ..runners.core import describe_checkpoint
+    from ..errors import ConfigError
+    from ..runners.core import describe_checkpoint, describe_kernels
 
-    print(describe_checkpoint(args.path))
+    if args.reprobe and not args.kernels:
+        raise ConfigError("info: --reprobe needs --kernels")
+    print(describe_kernels(args.path, reprobe=args.reprobe) if args.kernels else describe_checkpoint(args.path))
     return 0
 
 

@@ -110,16 +110,16 @@ def _valid(choice) -> bool:
         return False
 
 
-def choose(shapes: Iterable[str], path: Optional[str] = None) -> dict:
+def choose(shapes: Iterable[str], path: Optional[str] = None, refresh: bool = False) -> dict:
     """shape_class -> spec (a kernel, or a kernel with row ranges) for these projection shapes on this
-    machine: from the cache, else probed and
-    cached. `path`: the cache file (default cache_path())."""
+    machine: from the cache, else probed and cached. `path`: the cache file (default cache_path()); `refresh`:
+    probe again and replace the cached entry (one probed while other work slowed the machine)."""
     shapes = sorted(set(shapes))
     path = path or cache_path()
     key, facts = cache_key(shapes)
     entries = _read(path)
-    hit = entries.get(key)
-    if isinstance(hit, dict) and _valid(hit.get("choice")) and set(hit["choice"]) == set(shapes):
+    hit = cached_entry(shapes, path, entries)
+    if hit is not None and not refresh:
         return dict(hit["choice"])
     result = probe(shapes)
     entries[key] = {**facts, "choice": result["choice"], "rows": result["rows"], "seconds": result["seconds"],
@@ -130,6 +130,17 @@ def choose(shapes: Iterable[str], path: Optional[str] = None) -> dict:
     except OSError as e:  # a read-only home: probe again next time rather than fail the load
         log.warning("linear kernel cache %s not written (%s)", path, e)
     return dict(result["choice"])
+
+
+def cached_entry(shapes: Iterable[str], path: Optional[str] = None, entries: Optional[dict] = None) -> Optional[dict]:
+    """The cache's valid entry for these shapes on this machine (choice, rows, seconds, probe_s, probed_at),
+    or None."""
+    shapes = sorted(set(shapes))
+    key, _ = cache_key(shapes)
+    hit = (_read(path or cache_path()) if entries is None else entries).get(key)
+    if isinstance(hit, dict) and _valid(hit.get("choice")) and set(hit["choice"]) == set(shapes):
+        return hit
+    return None
 
 
 def probe(shapes: Iterable[str], rows: Optional[Iterable[int]] = None, reps: Optional[int] = None,

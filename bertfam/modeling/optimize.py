@@ -101,7 +101,7 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
     if int8:
         model = quantize_int8(model)
     # int8 word embeddings alone (the shipped MRC reader) leave float projections to speed up
-    if linear is None and not compile and not _int8_projections(model) and _float32_cpu(model):
+    if linear is None and not compile and uses_fp32_kernels(model):
         linear = "auto"
     if linear is not None:
         choice = linear
@@ -123,6 +123,12 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
     elif reuse:
         model = _swap(model, plain=False)
     return model
+
+
+def uses_fp32_kernels(model: nn.Module) -> bool:
+    """Whether the fp32 projection kernel choice (linear=, "auto" by default) applies to `model`: its encoder
+    projections are float32 on the CPU, none of them int8."""
+    return not _int8_projections(model) and _float32_cpu(model)
 
 
 def _int8_projections(model: nn.Module) -> bool:

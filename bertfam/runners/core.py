@@ -15,6 +15,41 @@ from ..errors import ConfigError
 from ..tasks.kinds import kind_of_head
 
 
+def describe_kernels(path: str, reprobe: bool = False) -> str:
+    """What `bertfam info PATH --kernels` prints: the fp32 projection kernel per weight shape that
+    optimize_for_inference(linear="auto") runs for this model on this machine, from the probe's cache (probed
+    now if absent, or again with `reprobe`), with the probe's times per row count."""
+    import datetime
+
+    import torch
+
+    from ..checkpoint import from_pretrained
+    from ..modeling import linear as L
+    from ..modeling import linear_probe as P
+    from ..modeling.optimize import uses_fp32_kernels
+
+    model = from_pretrained(path)
+    lines = [f"path: {path}"]
+    if not uses_fp32_kernels(model):
+        return "\n".join(lines + ["fp32 projection kernels: none (the projections are int8 or not float32 on "
+                                   "the CPU: the probe's choice does not apply)"])
+    shapes = sorted({L.shape_class(lin) for _, _, lin in L.projections(model)})
+    P.choose(shapes, refresh=reprobe)
+    hit = P.cached_entry(shapes)
+    cpu, _ = P.cpu_id()
+    when = datetime.datetime.fromtimestamp(hit["probed_at"]).strftime("%Y-%m-%d %H:%M") if hit else "?"
+    lines.append(f"fp32 projection kernels here ({cpu}, {torch.get_num_threads()} threads, torch "
+                 f"{torch.__version__}; probed {when} in {hit['probe_s']:.1f} s, cached in {P.cache_path()}):")
+    rows = hit.get("rows") or []
+    for shape in shapes:
+        lines.append(f"  {shape:>10}  {L.label(*L.parse_spec(hit['choice'][shape]))}")
+        times = hit.get("seconds", {}).get(shape, {})
+        if rows and times:
+            lines.append(f"  {'':>10}  ms at {'/'.join(str(r) for r in rows)} rows: " + ", ".join(
+                f"{k} {'/'.join(f'{t * 1e3:.2f}' for t in ts)}" for k, ts in sorted(times.items())))
+    return "\n".join(lines)
+
+
 def describe_checkpoint(path: str) -> str:
     """What `bertfam info` prints: family, head, labels, config fields, parameter counts, tokenizer."""
     from ..checkpoint import from_pretrained
