@@ -3,7 +3,7 @@
     nice -n 10 .venv/bin/python benchmarks/attention_kernels.py          # ~1 min on 2 quiet cores
     .venv/bin/python benchmarks/attention_kernels.py --quick             # the smoke test: seconds
 
-softmax(q kᵀ / √d) v for 12 heads of 64 at the full-length batches of `make bench` (8 x 128 and 2 x 512
+softmax(q kᵀ / √d) v for 12 heads of 64 (--heads) at the full-length batches of `make bench` (8 x 128 and 2 x 512
 tokens; --shapes), q, k and v strided views of one fused QKV projection's output (B, T, 3, h, d) as the
 encoder hands them to `attention_core.attend`, COPIES layers' worth of inputs in turn so that they come from
 memory as in a model. Every repetition runs each variant once, in rotating order (a drifting load hits them
@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from bench import probes, worker  # noqa: E402  (benchmarks/ is on the path when run as a script)
 
-HEADS, HEAD_DIM = 12, 64  # bert-base
+HEADS, HEAD_DIM = 12, 64  # bert-base (--heads 4: bert-mini)
 COPIES = 6  # layers' worth of distinct inputs, taken in turn
 BLOCK = 128  # matmul/128's query block
 
@@ -64,14 +64,14 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     return out
 
 
-def variants(B: int, T: int, native_bf16: bool):
+def variants(B: int, T: int, heads: int, native_bf16: bool):
     """{label: (fn(qkv) -> (B, h, T, d) float tensor or None, counts-as-int8)}: see the module docstring."""
     import torch
     import torch.nn.functional as F
 
     from bertfam.modeling import attention_core as ac
 
-    h, d = HEADS, HEAD_DIM
+    h, d = heads, HEAD_DIM
 
     def qkv_views(qkv):
         return qkv.view(B, T, 3, h, d).permute(2, 0, 3, 1, 4)  # 3 x (B, h, T, d)
@@ -111,7 +111,7 @@ def variants(B: int, T: int, native_bf16: bool):
         out[f"matmul/{BLOCK}"] = (matmul_blocks, False)
     out.update({"parts: QKᵀ bmm": (part_qk, False), "parts: softmax": (part_softmax, False),
                 "parts: PV bmm": (part_pv, False)})
-    out.update(int8_variants(B, T))
+    out.update(int8_variants(B, T, heads))
     if native_bf16:
         def bf16(fn):
             return lambda qkv: fn(qkv.to(torch.bfloat16))
@@ -120,13 +120,13 @@ def variants(B: int, T: int, native_bf16: bool):
     return out
 
 
-def int8_variants(B: int, T: int) -> dict:
+def int8_variants(B: int, T: int, heads: int) -> dict:
     """The int8 candidates (module docstring), on uint8 / int8 codes of random values made once."""
     import warnings
 
     import torch
 
-    h, d = HEADS, HEAD_DIM
+    h, d = heads, HEAD_DIM
     g = torch.Generator().manual_seed(2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.quantize_per_tensor's deprecation warning
@@ -165,17 +165,17 @@ def check(fn, ref, qkv) -> float | None:
     return None if y is None else float((y.float() - ref).abs().max())
 
 
-def time_shape(B: int, T: int, reps: int, native_bf16: bool) -> dict:
+def time_shape(B: int, T: int, heads: int, reps: int, native_bf16: bool) -> dict:
     """{label: {"best_ms", "median_ms", "rate", "max_abs_diff"} or {"error"}} per layer, plus "parts sum"."""
     import torch
     import torch.nn.functional as F
 
     g = torch.Generator().manual_seed(0)
-    inputs = [torch.randn(B * T, 3 * HEADS * HEAD_DIM, generator=g) for _ in range(COPIES)]
-    q, k, v = inputs[0].view(B, T, 3, HEADS, HEAD_DIM).permute(2, 0, 3, 1, 4)
+    inputs = [torch.randn(B * T, 3 * heads * HEAD_DIM, generator=g) for _ in range(COPIES)]
+    q, k, v = inputs[0].view(B, T, 3, heads, HEAD_DIM).permute(2, 0, 3, 1, 4)
     ref = F.scaled_dot_product_attention(q, k, v)
     fns, res = {}, {}
-    for label, (fn, _) in variants(B, T, native_bf16).items():
+    for label, (fn, _) in variants(B, T, heads, native_bf16).items():
         try:
             diff = check(fn, ref, inputs[0])
             fns[label] = fn
@@ -192,7 +192,7 @@ def time_shape(B: int, T: int, reps: int, native_bf16: bool) -> dict:
                     fns[lab](x)
                 if r:
                     times[lab].append((time.perf_counter() - t0) / len(inputs))
-    flops = 4 * B * HEADS * T * T * HEAD_DIM
+    flops = 4 * B * heads * T * T * HEAD_DIM
     for lab, ts in times.items():
         best = min(ts)
         res[lab].update(best_ms=best * 1e3, median_ms=statistics.median(ts) * 1e3)
@@ -210,6 +210,7 @@ def time_shape(B: int, T: int, reps: int, native_bf16: bool) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default=None, help="batches as BxT, comma-separated (default 8x128,2x512)")
+    ap.add_argument("--heads", type=int, default=HEADS, help=f"heads of {HEAD_DIM} (default {HEADS}, bert-base)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=None, help="timed repetitions (default 12; 2 with --quick)")
     ap.add_argument("--quick", action="store_true", help="smoke test: 2x32 and 1x160, 2 repetitions")
@@ -217,8 +218,8 @@ def main() -> int:
     args = ap.parse_args()
     shapes = parse_shapes(args.shapes or ("2x32,1x160" if args.quick else "8x128,2x512"))
     reps = args.reps or (2 if args.quick else 12)
-    if reps < 1 or args.threads < 1:
-        fail("--reps and --threads must be at least 1")
+    if reps < 1 or args.threads < 1 or args.heads < 1:
+        fail("--reps, --threads and --heads must be at least 1")
     os.environ.update(worker.env(args.threads))  # encoder_throughput.py's thread policy, before torch starts
     import torch
 
@@ -230,12 +231,12 @@ def main() -> int:
     print(cpu_line())
     print(f"torch {torch.__version__}, threads {args.threads}, reps {reps}, native bf16 {'yes' if bf16 else 'no'}; "
           f"load average {os.getloadavg()[0]:.1f} at start", flush=True)
-    res = {"cpu": cpu_line(), "torch": torch.__version__, "threads": args.threads, "native_bf16": bf16,
+    res = {"cpu": cpu_line(), "torch": torch.__version__, "threads": args.threads, "heads": args.heads, "native_bf16": bf16,
            "load_average_start": os.getloadavg()[0], "shapes": {}}
     for B, T in shapes:
-        cell = time_shape(B, T, reps, bf16)
+        cell = time_shape(B, T, args.heads, reps, bf16)
         res["shapes"][f"{B}x{T}"] = cell
-        print(f"{B} x {T} tokens, {HEADS} heads of {HEAD_DIM}: ms per layer (best / median), rate, "
+        print(f"{B} x {T} tokens, {args.heads} heads of {HEAD_DIM}: ms per layer (best / median), rate, "
               "max |diff| from sdpa")
         for lab, c in cell.items():
             if "error" in c:
