@@ -154,9 +154,14 @@ class MRCSettings(TypedSettings):
     # with use_title and a title: the passage read twice, with and without its title, start/end logits and
     # P(answerable) averaged token by token (predictor.average_reads): two views of one model, an ensemble
     title_ensemble: bool = False
+    # keyword queries (no question word: 番石榴汁热量, tasks.mrc.query_form): False = the reader reads them
+    # without the title even when use_title (a title restating the query draws a reader to the passage's
+    # first lines); the fused answerability model still sees the title
+    keyword_use_title: bool = True
     null_threshold: float = 0.0
     answerable_threshold: float = 0.5
     answer_extension: str = "none"  # widen spans to their clause / sentence, or trim: cut at a sentence end (decoding.extend_span)
+    keyword_extension: Optional[str] = None  # answer_extension for keyword queries (None: answer_extension)
     # span score - this x share of its characters in the question (decoding.decode)
     question_overlap_penalty: float = 0.0
     length_bonus: float = 0.0  # span score + this x log(1 + its characters): longer spans favoured (decode)
@@ -173,6 +178,8 @@ class MRCSettings(TypedSettings):
         self.need(0.0 <= self.answerable_threshold <= 1.0, "answerable_threshold", "a probability in [0, 1]")
         self.need(self.answer_extension in ("none", "clause", "sentence", "trim"), "answer_extension",
                   "one of none, clause, sentence, trim")
+        self.need(self.keyword_extension in (None, "none", "clause", "sentence", "trim"), "keyword_extension",
+                  "null or one of none, clause, sentence, trim")
         self.need(-1.0 <= self.verifier_threshold <= 1.0, "verifier_threshold", "a score in [-1, 1]")
         self.need(self.span_choice in ("score", "expected_f1"), "span_choice", "one of score, expected_f1")
         self.need(self.question_overlap_penalty >= 0.0, "question_overlap_penalty", "a non-negative number")

@@ -47,7 +47,7 @@ from bertfam.tasks.mrc import (MRCPredictor, RawScores, decode, load_span_model,
 from bertfam.tasks.mrc.crossval import (FitExtra, assign_folds, bootstrap_interval, breakdown, fold_sizes,  # noqa: E402
                                         items_of, leaks, tune_out_of_fold)
 from bertfam.tasks.mrc.answerability import CUE_FEATURES, FEATURES, KNOWN_FEATURES, WORD_FEATURES  # noqa: E402
-from bertfam.tasks.mrc.decoding import SPAN_CHOICES  # noqa: E402  (the fold files keep both; --span-choices searches)
+from bertfam.tasks.mrc.decoding import SPAN_CHOICES, extension_for  # noqa: E402  (the fold files keep both; --span-choices searches)
 from bertfam.training import TrainConfig  # noqa: E402
 from bertfam.training.interpolation import interpolate_  # noqa: E402
 from bertfam.utils import atomic_write_text  # noqa: E402
@@ -170,7 +170,7 @@ def fit_extra_raws(args, fit_exs: list, penalties, f: int) -> dict:
             return {k: [RawScores.from_dict(r, path) for r in v] for k, v in kept["raws"].items()}
     model = trained_fold_model(args, f)
     cands = raw_candidates(model, fit_exs, [None] * len(fit_exs), penalties, reads_title(args),
-                           reads_twice(args), length_bonuses(args))
+                           reads_twice(args), length_bonuses(args), keyword_reads(args))
     atomic_write_text(path, json.dumps({"spec": args.fused_extra, "qids": [e.qid for e in fit_exs],
                                         "raws": {k: [r.to_dict() for r in v] for k, v in cands.items()}}))
     return cands
@@ -221,6 +221,32 @@ def reads_title(args) -> bool:
 def reads_twice(args) -> bool:
     """Whether each titled question is predicted with and without its title, logits averaged (--reader-title both)."""
     return args.reader_title == "both"
+
+
+def keyword_reads(args) -> tuple:
+    """(keyword queries read with the title, their answer extension or None): --keyword-title, --keyword-extension."""
+    return args.keyword_title == "kept", args.keyword_extension
+
+
+def check_reads(args) -> None:
+    """The run's reads (--reader-title, --keyword-title, --keyword-extension) recorded in OUT/reads.json: the
+    kept fold predictions were made with them, so an --out that holds another run's stops here (one line,
+    exit 2)."""
+    path = os.path.join(args.out, "reads.json")
+    reads = {"reader_title": args.reader_title, "keyword_title": args.keyword_title,
+             "keyword_extension": args.keyword_extension}
+    if os.path.isfile(path):
+        kept = json.load(open(path))
+        if kept != reads:
+            print(f"{path}: this --out's predictions were made with {kept}, not {reads}: use another --out",
+                  file=sys.stderr)
+            raise SystemExit(2)
+    elif any(os.path.isfile(os.path.join(args.out, f"fold{f}.raw.json")) for f in range(args.folds)) \
+            and reads != {"reader_title": "kept", "keyword_title": "kept", "keyword_extension": None}:
+        print(f"{args.out}: holds fold predictions of a run with the default reads: use another --out for {reads}",
+              file=sys.stderr)
+        raise SystemExit(2)
+    atomic_write_text(path, json.dumps(reads) + "\n")
 
 
 def train_one(args, train_exs, out_dir: str):
@@ -312,17 +338,20 @@ def parse_setting(name: str) -> tuple[str, int, float, str, float]:
 
 
 def raw_candidates(model, exs, relevance, penalties, use_title: bool = True, title_ensemble: bool = False,
-                   bonuses=(0.0,)) -> dict:
+                   bonuses=(0.0,), keyword: tuple = (True, None)) -> dict:
     """{"none/32": [RawScores per example], ...}: one forward pass, every decoding setting. use_title=False:
     the reader reads the passage without its title (the fused model's title features still see it);
-    title_ensemble: with and without it, logits averaged (MRCSettings.title_ensemble)."""
+    title_ensemble: with and without it, logits averaged (MRCSettings.title_ensemble). keyword: (whether
+    keyword queries are read with the title, their answer extension or None) (`keyword_reads`)."""
     pred = MRCPredictor(model, verifier=False)  # a list of models: their logits averaged
-    pred.settings = dataclasses.replace(pred.settings, use_title=use_title, title_ensemble=title_ensemble)
+    pred.settings = dataclasses.replace(pred.settings, use_title=use_title, title_ensemble=title_ensemble,
+                                        keyword_use_title=keyword[0], keyword_extension=keyword[1])
     ws = pred.window_scores(items_of(exs))
     out = {}
     for name in setting_names(penalties, bonuses=bonuses):
         ext, L, q, choice, b = parse_setting(name)
-        raws = (decode(w, e.context, pred.settings.n_best, L, ext, e.question, q, choice, b) for w, e in zip(ws, exs))
+        raws = (decode(w, e.context, pred.settings.n_best, L, extension_for(e.question, ext, keyword[1]), e.question, q,
+                       choice, b) for w, e in zip(ws, exs))
         # the top span alone is kept (the fold files stay small): all that the out-of-fold choice reads
         out[name] = [dataclasses.replace(r, nbest=r.nbest[:1], relevance=rel) for r, rel in zip(raws, relevance)]
     return out
@@ -521,6 +550,13 @@ def main() -> int:
                          "(MRCSettings.title_ensemble, written into the final config); the fused "
                          "answerability model's title features see the title either way. The run's kept fold "
                          "predictions were made one way: use a new --out to compare")
+    ap.add_argument("--keyword-title", choices=("kept", "dropped"), default="kept",
+                    help="with the title kept: whether keyword queries (no question word: 番石榴汁热量; "
+                         "bertfam.tasks.mrc.query_form) are read with it too (kept) or without it (dropped; "
+                         "MRCSettings.keyword_use_title, written into the final config). Prediction only")
+    ap.add_argument("--keyword-extension", choices=EXTENSIONS, default=None,
+                    help="keyword queries' answers widened this way in every decoding setting (the setting's own "
+                         "extension for the other questions; MRCSettings.keyword_extension). Prediction only")
     ap.add_argument("--span-choices", default="score",
                     help="span choices tried as decoding settings (comma list of " + ", ".join(SPAN_CHOICES)
                          + "; expected_f1: the n-best's consensus span, settings named .../ef1)")
@@ -555,6 +591,7 @@ def main() -> int:
         print("--final with --members needs --final-model DIR (the model the members' folds stand for; nothing is "
               "trained)", file=sys.stderr)
         return 2
+    check_reads(args)
     atomic_write_text(os.path.join(args.out, "folds.json"),
                       json.dumps({e.qid: f for e, f in zip(exs, folds)}, indent=0) + "\n")
     rel = relevance_of(exs, args.verifier, os.path.join(args.out, "relevance.json"))
@@ -580,7 +617,7 @@ def main() -> int:
             else:  # predictions kept from a run with fewer settings: the fold's model scores them again
                 model = trained_fold_model(args, f)
             save_candidates(path, raw_candidates(model, [exs[i] for i in idx], [rel[i] for i in idx], penalties,
-                                                 reads_title(args), reads_twice(args), bonuses))
+                                                 reads_title(args), reads_twice(args), bonuses, keyword_reads(args)))
             del model
         pieces[f] = {k: v for k, v in load_candidates(path, [rel[i] for i in idx]).items()  # this run's verifier scores
                      if k in searched}
@@ -623,7 +660,8 @@ def main() -> int:
         ext, length, q, choice, b = parse_setting(p["setting"])
         tuned = dict(p, max_answer_length=length, answer_extension=ext, question_overlap_penalty=q, span_choice=choice,
                      length_bonus=b,
-                     use_title=reads_title(args), title_ensemble=reads_twice(args))
+                     use_title=reads_title(args), title_ensemble=reads_twice(args),
+                     keyword_use_title=keyword_reads(args)[0], keyword_extension=keyword_reads(args)[1])
         if p["rule"] not in ("verifier", "all") and not uses_verifier(p):
             tuned["verifier"] = None  # the shipped rule does without one
         elif model.config.head.mrc_settings.verifier is None:  # it needs one: the e5 cosine `mrc build-verifier` builds

@@ -35,6 +35,7 @@ from typing import Optional
 import numpy as np
 
 from ...config import MRCSettings
+from .query_form import is_keyword_query
 from .results import RawScores, SpanCandidate
 
 NO_ANSWER = "no answer"
@@ -162,10 +163,20 @@ def expected_f1(nbest) -> np.ndarray:
 
 
 def decode_with(settings: MRCSettings, windows: list, passage: str, question: str = "") -> RawScores:
-    """`decode` with a model's decoding settings (n-best, answer length, extension, question-overlap penalty,
-    span choice, length bonus): what MRCPredictor and the multimodal QA evaluation decode with."""
-    return decode(windows, passage, settings.n_best, settings.max_answer_length, settings.answer_extension,
+    """`decode` with a model's decoding settings (n-best, answer length, extension (a keyword query's own,
+    when set), question-overlap penalty, span choice, length bonus): what MRCPredictor and the multimodal QA
+    evaluation decode with."""
+    ext = extension_for(question, settings.answer_extension, settings.keyword_extension)
+    return decode(windows, passage, settings.n_best, settings.max_answer_length, ext,
                   question, settings.question_overlap_penalty, settings.span_choice, settings.length_bonus)
+
+
+def extension_for(question: str, extension: str, keyword_extension: Optional[str] = None) -> str:
+    """The answer extension for one question: `keyword_extension` when it is set and the question is a
+    keyword query (query_form.is_keyword_query: their references are clauses, not phrases), else `extension`."""
+    if keyword_extension is not None and is_keyword_query(question):
+        return keyword_extension
+    return extension
 
 
 class _OverlapPenalty:

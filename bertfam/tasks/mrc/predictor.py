@@ -20,6 +20,7 @@ from ..blank import is_blank
 from ..interrupt import check_interrupt
 from .answerability import apply as apply_answerability, check_model
 from .decoding import answered, decode_with
+from .query_form import is_keyword_query
 from .results import MRCPrediction, RawScores
 
 
@@ -121,6 +122,7 @@ class MRCPredictor:
         if not items:
             return []
         s = self.settings
+        items = reader_items(s, items)
         windows = build_windows(self.tokenizer, items, s.max_length, s.doc_stride, s.max_query_length, s.use_title)
         twice = titled_twice(s, items)  # their second read, without the title, goes after all the items
         windows += [dataclasses.replace(w, example_index=len(items) + w.example_index)
@@ -180,6 +182,15 @@ class MRCPredictor:
             done += len(chunk)
             if getattr(self, "on_progress", None) is not None:
                 self.on_progress(done, len(windows))
+
+
+def reader_items(settings: MRCSettings, items: Sequence[dict]) -> list[dict]:
+    """The items as the reader reads them: keyword queries without their title when the settings say so
+    (keyword_use_title False; query_form.is_keyword_query). Only the reader's input changes: the fused
+    answerability model and the verifier are given the items themselves."""
+    if not settings.use_title or settings.keyword_use_title:
+        return list(items)
+    return [dict(it, title=None) if is_keyword_query(it.get("question") or "") else it for it in items]
 
 
 def titled_twice(settings: MRCSettings, items: Sequence[dict]) -> list[int]:

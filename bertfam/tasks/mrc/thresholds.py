@@ -102,9 +102,11 @@ def save_thresholds(model, model_dir: str, tuned: dict, tuned_on: str) -> None:
     if tuned.get("max_answer_length"):  # tuned together with the thresholds
         new["max_answer_length"] = int(tuned["max_answer_length"])
     for name in ("verifier_threshold", "answer_extension", "question_overlap_penalty", "length_bonus",
-                 "span_choice", "use_title", "title_ensemble"):  # tuned with them
+                 "span_choice", "use_title", "title_ensemble", "keyword_use_title"):  # tuned with them
         if tuned.get(name) is not None:
             new[name] = tuned[name]
+    if "keyword_extension" in tuned:  # None: keyword queries decoded as the others
+        new["keyword_extension"] = tuned["keyword_extension"]
     if "verifier" in tuned:  # chosen with them (None: the rule does without one)
         new["verifier"] = tuned["verifier"]
     if "answerability" in tuned:  # the fused model the thresholds were tuned on (None: the reader's P)
