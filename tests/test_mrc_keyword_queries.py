@@ -97,6 +97,16 @@ def test_the_reader_reads_keyword_queries_without_their_title_when_told(tok):
     assert reader_items(split.settings, items)[0]["title"] is None
     # without use_title nothing is read with a title anyway
     assert reader_items(dataclasses.replace(split.settings, use_title=False), items) == items
+    # the service's token budget counts what the reader reads
+    from bertfam.serving.budget import token_counts
+    from bertfam.tasks.pipelines import MRCPipeline
+
+    m.config.head.mrc = dataclasses.replace(m.config.head.mrc_settings, **kw)
+    pipe = MRCPipeline(m)
+    titled_counts = token_counts(pipe, items)
+    pipe.inner.settings = dataclasses.replace(pipe.inner.settings, keyword_use_title=False)
+    counts = token_counts(pipe, items)
+    assert counts[1] == titled_counts[1] and counts[0] == sum(len(w.input_ids) for w, *_ in plain[0]) < titled_counts[0]
 
 
 def test_keyword_settings_are_checked_and_kept_in_the_checkpoint(tok, tmp_path):
@@ -140,3 +150,20 @@ def test_the_recipe_reads_keyword_queries_as_told_and_writes_it_into_the_final_m
     assert not os.path.exists(tmp_path / "cv-kw" / "final")
     bad = subprocess.run(kw[:-4] + ["--keyword-extension", "word"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--keyword-extension" in bad.stderr.strip().splitlines()[-1]
+
+
+def test_the_demo_says_how_keyword_queries_are_read(tmp_path, capsys):
+    """bertfam demo's header names the keyword-query reads of the model it runs (and says nothing of them for a
+    model without)."""
+    from bertfam.runners.demo import _print_rule
+
+    tok = Tokenizer.from_vocab(ZH_VOCAB)
+    m = _tiny(tok)
+    _print_rule(MRCPredictor(m))
+    assert "keyword queries" not in capsys.readouterr().out
+    _print_rule(MRCPredictor(m, settings_of(m, keyword_use_title=False, keyword_extension="clause")))
+    assert ("  keyword queries (no question word, e.g. 番石榴汁热量): read without their title, answers widened to "
+            "their clause") in capsys.readouterr().out.splitlines()
+    _print_rule(MRCPredictor(m, settings_of(m, keyword_extension="trim")))
+    assert capsys.readouterr().out.splitlines()[-2].endswith("queries (no question word, e.g. 番石榴汁热量): answers "
+                                                            "cut at their first sentence end")

@@ -188,6 +188,12 @@ def _print_rule(predictor) -> None:
         print(f"  answers widened to their {s.answer_extension}")
     if s.span_choice == "expected_f1":
         print("  answer: the span with the highest expected F1 against the n-best")
+    keyword = ([] if not s.use_title or s.keyword_use_title else ["read without their title"]) + (
+        [] if s.keyword_extension in (None, s.answer_extension) else
+        ["answers cut at their first sentence end" if s.keyword_extension == "trim" else
+         f"answers widened to their {s.keyword_extension}"])
+    if keyword:
+        print(f"  keyword queries (no question word, e.g. 番石榴汁热量): {', '.join(keyword)}")
     print()
 
 

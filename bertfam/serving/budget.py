@@ -9,7 +9,7 @@ service refuses a request over `--max-request-tokens` and packs batches up to `-
 from __future__ import annotations
 
 from ..data.mrc_windows import build_windows
-from ..tasks.mrc.predictor import titled_twice
+from ..tasks.mrc.predictor import reader_items, titled_twice
 from ..tasks.pipelines import ClassificationPipeline, MRCPipeline, NERPipeline, Pipeline
 
 
@@ -18,6 +18,7 @@ def token_counts(predictor: Pipeline, items: list[dict]) -> list[int]:
     tok, window = predictor.tok, predictor.window
     if isinstance(predictor, MRCPipeline):
         s = predictor.inner.settings  # the windows the pipeline's MRCPredictor reads
+        items = reader_items(s, items)  # keyword queries without their title, when the settings say so
         counts = [0] * len(items)
         for w in build_windows(tok, items, s.max_length, s.doc_stride, s.max_query_length, s.use_title):
             counts[w.example_index] += len(w.input_ids)
