@@ -621,6 +621,8 @@ def main() -> int:
             del model
         pieces[f] = {k: v for k, v in load_candidates(path, [rel[i] for i in idx]).items()  # this run's verifier scores
                      if k in searched}
+        if fit_exs:  # the fold's --fused-extra predictions too, kept: a run of some folds leaves the table run less
+            fit_extra_raws(args, fit_exs, penalties, f)
     if len(pieces) < args.folds:
         print(f"{len(pieces)} of {args.folds} folds done; the out-of-fold table needs all", file=sys.stderr)
         return 0
