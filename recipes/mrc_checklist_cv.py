@@ -168,6 +168,8 @@ def fit_extra_raws(args, fit_exs: list, penalties, f: int) -> dict:
         if kept.get("spec") == args.fused_extra and kept.get("qids") == [e.qid for e in fit_exs] \
                 and not set(setting_names(penalties, bonuses=length_bonuses(args))) - set(kept["raws"]):
             return {k: [RawScores.from_dict(r, path) for r in v] for k, v in kept["raws"].items()}
+    if args.no_train and f > 0:  # --base scores every fold: fold 0's predictions of these questions are each fold's
+        return fit_extra_raws(args, fit_exs, penalties, 0)
     model = trained_fold_model(args, f)
     cands = raw_candidates(model, fit_exs, [None] * len(fit_exs), penalties, reads_title(args),
                            reads_twice(args), length_bonuses(args), keyword_reads(args))
