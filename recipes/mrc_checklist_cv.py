@@ -19,6 +19,9 @@ Decoding settings are answer length x extension x question-overlap penalty; the 
 reader's (both / null / cls), the verifier's with --verifier, and "fused": the answerability model of
 bertfam.tasks.mrc.answerability (reader signals + question/title/passage match), fitted on the other folds.
 A run's kept fold predictions are scored again by its kept fold models when settings are added.
+`--members RUN --decide-on RUN` with a prediction-time read (--keyword-title, --keyword-extension) scores that read
+under RUN's own choices (tuned and fitted on RUN's predictions, applied to this run's): the read as it would
+ship into RUN's final model, without refitting anything.
 """
 from __future__ import annotations
 
@@ -422,8 +425,8 @@ def signal_quality(exs, cands) -> dict:
     return {"auc": auc, "forced_f1_answerable": forced}
 
 
-def report(exs, folds, cands, rules, label: str, features=None, fit_extra=None) -> dict:
-    res = tune_out_of_fold(cands, exs, folds, rules, features, fit_extra)
+def report(exs, folds, cands, rules, label: str, features=None, fit_extra=None, applied=None) -> dict:
+    res = tune_out_of_fold(cands, exs, folds, rules, features, fit_extra, applied)
     table = breakdown(exs, res["f1"], res["em"], res["answers"])
     lo, hi = bootstrap_interval(res["f1"])
     base = table["all"]["baseline_F1"]
@@ -453,6 +456,47 @@ def report(exs, folds, cands, rules, label: str, features=None, fit_extra=None) 
             # per question, for paired comparisons of two runs on the same folds (recipes/mrc_paired_compare.py)
             "questions": [{"qid": e.qid, "f1": round(float(f), 4), "answer": a}
                           for e, f, a in zip(exs, res["f1"], res["answers"])]}
+
+
+def decided_on(args, exs, folds, rel, searched: set, fit_exs: list) -> tuple[dict, "FitExtra | None"]:
+    """--decide-on RUN: RUN's kept fold predictions of the same questions ({setting: [RawScores]}) and of the
+    --fused-extra questions, which every choice is tuned and fitted on while this run's predictions are what
+    it is applied to. One line and exit 2 for a RUN without them, or with other folds or another spec."""
+    run = args.decide_on
+
+    def stop(msg: str):
+        print(f"--decide-on {run}: {msg}", file=sys.stderr)
+        raise SystemExit(2)
+
+    try:
+        kept_folds = json.load(open(os.path.join(run, "folds.json")))
+    except (OSError, ValueError) as e:
+        stop(f"no readable folds.json ({e.__class__.__name__}): not a mrc_checklist_cv.py run")
+    if kept_folds != {e.qid: f for e, f in zip(exs, folds)}:
+        stop("its folds differ from this run's (another --data, --folds or --fold-seed)")
+    cands: dict = {}
+    for f in range(args.folds):
+        idx = [i for i, g in enumerate(folds) if g == f]
+        path = os.path.join(run, f"fold{f}.raw.json")
+        if not os.path.isfile(path):
+            stop(f"fold{f}.raw.json missing")
+        got = load_candidates(path, [rel[i] for i in idx])
+        if searched - set(got):
+            stop(f"fold {f} lacks settings {sorted(searched - set(got))[:3]}")
+        for name in searched:
+            cands.setdefault(name, [None] * len(exs))
+            for i, r in zip(idx, got[name]):
+                cands[name][i] = r
+    if not fit_exs:
+        return cands, None
+    raws = {}
+    for f in range(args.folds):
+        path = os.path.join(run, f"fold{0 if args.no_train else f}.fused-extra.json")  # --no-train: one model
+        kept = json.load(open(path)) if os.path.isfile(path) else {}
+        if kept.get("spec") != args.fused_extra or kept.get("qids") != [e.qid for e in fit_exs]:
+            stop(f"fold{f}.fused-extra.json missing or made for another --fused-extra")
+        raws[f] = {k: [RawScores.from_dict(r, path) for r in v] for k, v in kept["raws"].items() if k in searched}
+    return cands, FitExtra(fit_exs, raws)
 
 
 def uses_verifier(choice: dict) -> bool:
@@ -575,6 +619,12 @@ def main() -> int:
                          "thresholds' tuning or the table), built as --extra builds them, without titles: e.g. "
                          "trial-sent:300,trial-swap:150 (CMRC2018 trial: one-sentence passages)")
     ap.add_argument("--final", action="store_true", help="then train on all folds and save OUT/final")
+    ap.add_argument("--decide-on", default=None, metavar="RUN",
+                    help="no new choice of its own: every fold's setting, rule, fused model and thresholds are tuned "
+                         "on RUN's kept predictions of the same folds (e.g. the run with the default reads) and "
+                         "applied to this run's: how a prediction-time read (--keyword-title, --keyword-extension) "
+                         "scores when it ships into a model tuned without it; with --final the pooled choice is "
+                         "RUN's, written with this run's reads")
     ap.add_argument("--final-model", default=None, metavar="DIR",
                     help="with --final: DIR already holds the model this recipe trained on all folds (e.g. the "
                          "shipped one, or with --members the int8 copy of a run's final model); only the "
@@ -602,6 +652,10 @@ def main() -> int:
     searched = set(setting_names(penalties, extensions, lengths, choices, bonuses))
     fit_exs = fit_extra_examples(args.fused_extra, args.extra, args.seed) if args.fused_extra else []
     extra = extra_examples(args.extra, args.seed) if args.extra and not (args.no_train or args.members) else []
+    if args.decide_on and not (args.members or args.no_train):
+        print("--decide-on scores kept models' predictions: it needs --members (or --no-train)", file=sys.stderr)
+        return 2
+    decided = decided_on(args, exs, folds, rel, searched, fit_exs) if args.decide_on else None
     pieces: dict = {}
     if final_too and not (args.no_train or args.members):  # the final model now; --final later only loads it
         final_dir = os.path.join(args.out, "final")
@@ -623,7 +677,7 @@ def main() -> int:
             del model
         pieces[f] = {k: v for k, v in load_candidates(path, [rel[i] for i in idx]).items()  # this run's verifier scores
                      if k in searched}
-        if fit_exs:  # the fold's --fused-extra predictions too, kept: a run of some folds leaves the table run less
+        if fit_exs and not args.decide_on:  # the fold's --fused-extra predictions too, kept: a run of some folds leaves the table run less
             fit_extra_raws(args, fit_exs, penalties, f)
     if len(pieces) < args.folds:
         print(f"{len(pieces)} of {args.folds} folds done; the out-of-fold table needs all", file=sys.stderr)
@@ -637,18 +691,27 @@ def main() -> int:
     quality = signal_quality(exs, cands)
     print(f"out-of-fold AUC (answerable vs not): {quality['auc']}\nforced-answer F1 on answerable questions: "
           f"{quality['forced_f1_answerable']}")
-    results = {"args": vars(args), "signals": quality, "reports": [report(exs, folds, cands, ("both", "null", "cls"), "reader")]}
+    applied, tail = None, ""
+    if decided is not None:  # choices tuned on the other run's reads, applied to this run's
+        applied, tail = cands, f", decided on {args.decide_on}'s predictions"
+        cands, fit_extra = decided
+    results = {"args": vars(args), "signals": quality,
+               "reports": [report(exs, folds, cands, ("both", "null", "cls"), "reader" + tail, applied=applied)]}
     if args.verifier:
-        results["reports"].append(report(exs, folds, cands, rules, "reader + verifier rules"))
-    fit_extra = FitExtra(fit_exs, {f: fit_extra_raws(args, fit_exs, penalties, f) for f in range(args.folds)}) \
-        if fit_exs else None
+        results["reports"].append(report(exs, folds, cands, rules, "reader + verifier rules" + tail, applied=applied))
+    if not args.decide_on:
+        fit_extra = FitExtra(fit_exs, {f: fit_extra_raws(args, fit_exs, penalties, f) for f in range(args.folds)}) \
+            if fit_exs else None
     results["reports"].append(report(exs, folds, cands, rules + ("fused",), "fused signals (logistic regression)"
-                                     + (f" + {len(fit_exs)} --fused-extra questions in its fit" if fit_exs else ""),
-                                     features, fit_extra))
+                                     + (f" + {len(fit_exs)} --fused-extra questions in its fit" if fit_exs else "")
+                                     + tail, features, fit_extra, applied))
     if args.verifier:  # the same without the verifier's score: a system without a second encoder
         bare = {k: [dataclasses.replace(r, relevance=None) for r in v] for k, v in cands.items()}
+        bare_applied = {k: [dataclasses.replace(r, relevance=None) for r in v] for k, v in applied.items()} \
+            if applied is not None else None
         results["reports"].append(report(exs, folds, bare, ("both", "null", "cls", "fused"),
-                                         "fused signals without the verifier", features, fit_extra))
+                                         "fused signals without the verifier" + tail, features, fit_extra,
+                                         bare_applied))
     best = max(results["reports"], key=lambda r: r["oof_f1"])
     results["best"] = best["label"]
     atomic_write_text(os.path.join(args.out, "cv.json"), json.dumps(results, ensure_ascii=False, indent=1) + "\n")

@@ -142,6 +142,40 @@ def test_fused_rule_uses_only_the_features_asked_for():
     assert len(default["pooled"]["fusion"]["features"]) == len(FEATURES)
 
 
+def test_choices_tuned_on_one_read_apply_to_another():
+    """tune_out_of_fold(applied=...): every fold's setting, rule and thresholds come from `candidates` (the
+    read the model was tuned with) and are applied to another read of the same questions: the choices are
+    those of the run without it, the answers and scores the other read's."""
+    exs, cands = _tuning_case(seed=3)
+    folds = [i % 5 for i in range(len(exs))]
+    # the other read: the same null scores, the good setting's answers replaced by a wrong text
+    other = {"bad": cands["bad"], "good": [dataclasses.replace(r, nbest=(SpanCandidate("庚", 0, 1, 1.0, 1.0),))
+                                           for r in cands["good"]]}
+    plain = tune_out_of_fold(cands, exs, folds, rules=("null",))
+    mixed = tune_out_of_fold(cands, exs, folds, rules=("null",), applied=other)
+    assert mixed["choices"] == plain["choices"] and mixed["pooled"] == plain["pooled"]
+    assert all(a in ("庚", NO_ANSWER) for a in mixed["answers"])
+    assert "庚" in mixed["answers"] and mixed["f1"].mean() < plain["f1"].mean()
+    assert [a == NO_ANSWER for a in mixed["answers"]] == [a == NO_ANSWER for a in plain["answers"]]
+    # itself as the other read changes nothing
+    same = tune_out_of_fold(cands, exs, folds, rules=("null",), applied=cands)
+    assert same["answers"] == plain["answers"]
+
+
+def test_fused_choices_apply_their_fitted_model_to_the_other_read():
+    """With rule "fused" the model fitted on `candidates` scores the other read: raising every answerable
+    question's null score there (and only there) makes the fold models answer more, never refits them."""
+    exs, cands = _tuning_case(seed=4)
+    folds = [i % 5 for i in range(len(exs))]
+    plain = tune_out_of_fold(cands, exs, folds, rules=("fused",))
+    lifted = {k: [dataclasses.replace(r, null_diff=r.null_diff + 3) for r in v] for k, v in cands.items()}
+    mixed = tune_out_of_fold(cands, exs, folds, rules=("fused",), applied=lifted)
+    assert [c["fusion"] for c in mixed["choices"].values()] == [c["fusion"] for c in plain["choices"].values()]
+    n_ans = lambda r: sum(a != NO_ANSWER for a in r["answers"])  # noqa: E731
+    assert n_ans(mixed) > n_ans(plain)
+    assert all(p2 >= p1 for p1, p2 in zip(plain["p_answerable"], mixed["p_answerable"]))
+
+
 def test_out_of_fold_tuner_checks_its_inputs():
     exs, cands = _tuning_case(10)
     with pytest.raises(ConfigError, match="one entry per example"):
@@ -150,6 +184,10 @@ def test_out_of_fold_tuner_checks_its_inputs():
         tune_out_of_fold(cands, exs, [0, 1] * 5, rules=("nope",))
     with pytest.raises(ConfigError, match="no decoding setting"):
         tune_out_of_fold({}, exs, [0, 1] * 5)
+    with pytest.raises(ConfigError, match="applied"):
+        tune_out_of_fold(cands, exs, [0, 1] * 5, applied={"good": cands["good"]})
+    with pytest.raises(ConfigError, match="applied"):
+        tune_out_of_fold(cands, exs, [0, 1] * 5, applied={k: v[:9] for k, v in cands.items()})
 
 
 def test_bootstrap_interval_holds_the_mean_and_narrows_with_more_questions():

@@ -151,6 +151,29 @@ def test_the_recipe_reads_keyword_queries_as_told_and_writes_it_into_the_final_m
     bad = subprocess.run(kw[:-4] + ["--keyword-extension", "word"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--keyword-extension" in bad.stderr.strip().splitlines()[-1]
 
+    # --decide-on: the keyword reads scored under the first run's choices, which the copy then ships with
+    decided = tmp_path / "final-decided"
+    shutil.copytree(out / "final", decided)
+    kd = cmd[:i + 1] + [str(tmp_path / "cv-kd")] + cmd[i + 2:] + [
+        "--members", str(out), "--decide-on", str(out), "--keyword-title", "dropped", "--keyword-extension", "clause"]
+    r = subprocess.run(kd + ["--final", "--final-model", str(decided)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "trained" not in r.stderr, r.stderr[-2000:]
+    base_cv, kd_cv = (json.load(open(d / "cv.json")) for d in (out, tmp_path / "cv-kd"))
+    assert all(rep["label"].endswith(f"decided on {out}'s predictions") for rep in kd_cv["reports"])
+    for a, b in zip(base_cv["reports"], kd_cv["reports"]):
+        assert a["pooled"] == b["pooled"] and a["folds"] == b["folds"]  # the first run's choices, unchanged
+    s = bertfam.from_pretrained(str(decided)).config.head.mrc_settings
+    first = bertfam.from_pretrained(str(out / "final")).config.head.mrc_settings
+    assert (s.keyword_use_title, s.keyword_extension) == (False, "clause")
+    assert dataclasses.replace(s, keyword_use_title=True, keyword_extension=None) == first
+    flags = ("--members", "--decide-on")
+    plain = [a for j, a in enumerate(kd) if a not in flags and kd[j - 1] not in flags]
+    plain[plain.index("--out") + 1] = str(tmp_path / "cv-bad")
+    for extra, what in ((["--members", str(out), "--decide-on", str(tmp_path)], "no readable folds.json"),
+                        (["--decide-on", str(out)], "needs --members")):
+        bad = subprocess.run(plain + extra, capture_output=True, text=True, timeout=300)
+        assert bad.returncode == 2 and what in bad.stderr.strip().splitlines()[-1], bad.stderr[-500:]
+
 
 def test_the_demo_says_how_keyword_queries_are_read(tmp_path, capsys):
     """bertfam demo's header names the keyword-query reads of the model it runs (and says nothing of them for a

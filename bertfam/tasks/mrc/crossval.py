@@ -77,7 +77,8 @@ def leaks(examples: Sequence, folds: Sequence[int]) -> list[str]:
 
 def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Sequence, folds: Sequence[int],
                      rules: Sequence[str] = ("both", "null", "cls"),
-                     features: Optional[Sequence[str]] = None, fit_extra: Optional["FitExtra"] = None) -> dict:
+                     features: Optional[Sequence[str]] = None, fit_extra: Optional["FitExtra"] = None,
+                     applied: Optional[Mapping[str, Sequence[RawScores]]] = None) -> dict:
     """Choose a decoding setting (a key of `candidates`: name -> one `decode` result per example, each
     example's from the model that did not train on it) and a no-answer rule with its thresholds for every
     fold on the OTHER folds' examples (tune_on_raw, official F1; ties: the earlier candidate and rule), and
@@ -87,7 +88,10 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Se
     a model trained on all of them ships with), "p_answerable": per example the P(answerable) its fold's
     rule thresholded (rule "fused": the fused model's, fitted without the fold)}. features: the fused
     model's inputs (default: all of answerability.FEATURES). fit_extra: questions added to every fused
-    model's fit (never to the threshold tuning or the scores), see FitExtra."""
+    model's fit (never to the threshold tuning or the scores), see FitExtra. applied: another read of the same
+    questions (same settings, one result per example) that each fold's choice, tuned and fitted on
+    `candidates`, is applied to instead: how a change made at prediction time only (e.g. keyword queries read
+    without their title) scores when it ships into a model whose decisions were tuned without it."""
     from ...evaluation.dureader import Reference, score_one
 
     for r in rules:
@@ -98,6 +102,8 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Se
         raise ConfigError("candidates, examples and folds must have one entry per example")
     if not candidates:
         raise ConfigError("no decoding setting to choose from")
+    if applied is not None and (set(applied) != set(candidates) or any(len(v) != n for v in applied.values())):
+        raise ConfigError("applied must hold the candidates' settings, one result per example")
     folds = np.asarray(folds)
 
     def best_on(mask: np.ndarray, key: int) -> dict:
@@ -115,7 +121,7 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Se
                     model, use, tune_rule = None, raws, rule
                 t = tune_on_raw([use[i] for i in np.nonzero(mask)[0]], sub, rule=tune_rule, verifier_threshold=-1.0)
                 if best is None or (t["dev_f1"], t["dev_em"]) > (best["dev_f1"], best["dev_em"]):
-                    best = dict(t, setting=name, rule=rule, raws=use,
+                    best = dict(t, setting=name, rule=rule, raws=use, model=model,
                                 fusion=dataclasses.asdict(model) if model is not None else None)
         return best
 
@@ -123,7 +129,11 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Se
     p_used = [None] * n
     for f in sorted(set(folds.tolist())):
         c = best_on(folds != f, int(f))
-        use = c.pop("raws")
+        use, model = c.pop("raws"), c.pop("model")
+        if applied is not None:  # the same choice, applied to the other read
+            use = applied[c["setting"]]
+            if model is not None:
+                use = fused_view(model, use, examples)
         choices[int(f)] = c
         for i in np.nonzero(folds == f)[0]:
             raw = use[i]
@@ -133,7 +143,7 @@ def tune_out_of_fold(candidates: Mapping[str, Sequence[RawScores]], examples: Se
             ex = examples[i]
             f1[i], em[i] = score_one(Reference(ex.answer_texts, ex.is_impossible, ex.qtype), answers[i])
     pooled = best_on(np.ones(n, dtype=bool), -1)
-    pooled.pop("raws")
+    pooled.pop("raws"), pooled.pop("model")
     return {"answers": answers, "f1": f1, "em": em, "choices": choices, "pooled": pooled, "p_answerable": p_used}
 
 
@@ -180,8 +190,14 @@ def fused_raws(raws: Sequence[RawScores], examples: Sequence, mask: np.ndarray,
         fit_items += items_of(extra[1])
         fit_y += [not ex.is_impossible for ex in extra[1]]
     model = fit_answerability(fit_raws, fit_items, fit_y, *([features] if features is not None else []))
-    fused = apply_answerability(model, raws, items)
-    return [dataclasses.replace(r, null_diff=1e9 if r.nbest else -np.inf) for r in fused], model
+    return fused_view(model, raws, examples), model
+
+
+def fused_view(model, raws: Sequence[RawScores], examples: Sequence) -> list[RawScores]:
+    """Every raw with its P(answerable) replaced by the fitted answerability model's probability and its null
+    test opened (a span found passes): rule "cls" then thresholds the fused score alone."""
+    fused = apply_answerability(model, raws, items_of(examples))
+    return [dataclasses.replace(r, null_diff=1e9 if r.nbest else -np.inf) for r in fused]
 
 
 def items_of(examples: Sequence) -> list[dict]:
