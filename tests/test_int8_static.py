@@ -399,6 +399,67 @@ def test_optimize_for_inference_keeps_the_static_layers(plain):
     assert torch.equal(_hidden(twin, kw), before)
 
 
+def test_optimize_for_inference_keeps_one_copy_of_the_weights_and_gives_them_back(plain, tmp_path, monkeypatch):
+    """optimize_for_inference releases each static projection's raw int8 buffer (the packed kernel holds the
+    same weights where the CPU's u8 x s8 products are exact: forced here, so that any CPU runs this): outputs
+    unchanged; the weights come back exactly from the packed tensor for state_dict, saving, pickling,
+    .weight_int8 and .to(); a load_state_dict, new weights or new qparams put them back first."""
+    import bertfam.modeling.int8_static as S
+
+    monkeypatch.setattr(S, "exact_u8s8", lambda: True)
+    m = _static(bertfam.build_model(_cfg(task="span"), seed=0).eval())
+    raw = {k: v.clone() for k, v in m.state_dict().items()}
+    counts = m.num_parameters()
+    kw = _batch(m.config, B=4, T=16, seed=2)
+    with torch.inference_mode():
+        before = m(**kw).start_logits
+    shared = m.backbone.encoder.layers[0].attn.qkv.weight_scale
+    optimize_for_inference(m)
+    lins = [x for x in m.modules() if isinstance(x, StaticInt8Linear)]
+    assert len(lins) == 8 and all(x._released and x._buffers["weight_int8"].is_meta for x in lins)
+    assert m.backbone.encoder.layers[0].attn.qkv.weight_scale is not shared  # its own memory, not the old
+    assert m.num_parameters() == counts
+    with torch.inference_mode():
+        assert torch.equal(m(**kw).start_logits, before)
+    sd = m.state_dict()
+    assert sd.keys() == raw.keys() and all(torch.equal(sd[k], raw[k]) for k in raw)
+    qkv = m.backbone.encoder.layers[1].attn.qkv
+    assert torch.equal(qkv.weight_int8, raw["backbone.encoder.layers.1.attn.qkv.weight_int8"])
+    m.save_pretrained(str(tmp_path / "s"))
+    back = set_attention_dtype(bertfam.from_pretrained(str(tmp_path / "s")), torch.float32)
+    with torch.inference_mode():
+        assert torch.equal(back(**kw).start_logits, before)
+    twin = copy.deepcopy(m)
+    assert not any(x._released for x in twin.modules() if isinstance(x, StaticInt8Linear))
+    with torch.inference_mode():
+        assert torch.equal(twin(**kw).start_logits, before)
+    m.load_state_dict(raw)  # loads into the buffer again, packs anew on first use
+    assert not qkv._released and torch.equal(qkv._buffers["weight_int8"], raw["backbone.encoder.layers.1.attn.qkv.weight_int8"])
+    optimize_for_inference(m)
+    assert qkv._released
+    zero = torch.zeros_like(raw["backbone.encoder.layers.1.attn.qkv.weight_int8"])
+    qkv.weight_int8 = zero  # new weights: they are the buffer, the old pack is dropped
+    assert not qkv._released and qkv._packed is None and torch.equal(qkv.weight_int8, zero)
+    out = m.backbone.encoder.layers[1].attn.out
+    out.set_input_qparams(*out.input_qparams())
+    assert not out._released and torch.equal(out.weight_int8, raw["backbone.encoder.layers.1.attn.out.weight_int8"])
+    ffn = m.backbone.encoder.layers[0].ffn_in
+    m.to(torch.device("cpu"))
+    assert not ffn._released and torch.equal(ffn.weight_int8, raw["backbone.encoder.layers.0.ffn_in.weight_int8"])
+
+
+def test_without_exact_products_the_raw_weights_stay(plain, monkeypatch):
+    """Where the kernel packs fitted weights (no VNNI), the packed tensor does not hold the checkpoint's:
+    nothing is released."""
+    import bertfam.modeling.int8_static as S
+
+    monkeypatch.setattr(S, "exact_u8s8", lambda: False)
+    m = optimize_for_inference(_static(plain))
+    assert S.release_weights(m) == 0
+    assert not any(x._released or x._buffers["weight_int8"].is_meta for x in m.modules()
+                   if isinstance(x, StaticInt8Linear))
+
+
 # ---------------------------------------------------------------- checkpoints
 def test_static_checkpoint_round_trip(plain, tmp_path):
     m = _static(bertfam.build_model(_cfg(task="span"), seed=0).eval())

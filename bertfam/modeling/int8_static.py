@@ -131,10 +131,71 @@ class StaticInt8Linear(Int8Linear):
         return m
 
     def set_input_qparams(self, scale: float, zero_point: int) -> None:
+        self._restore()  # the pack is dropped below: the weights must be back in their buffer first
         with torch.no_grad():
             self.input_scale.fill_(scale)
             self.input_zero_point.fill_(zero_point)
         self._packed = None
+
+    # ---- one copy of the weights for inference (release_weights)
+    _released = False  # True: weight_int8 lives only in the packed kernel; its buffer is a meta placeholder
+
+    def release_weights(self) -> bool:
+        """Pack, then drop the raw int8 buffer: oneDNN's packed tensor holds the very same int8 weights (where
+        the CPU's u8 x s8 products are exact, exact_u8s8; elsewhere it packs fitted ones, and the buffer
+        stays), so inference keeps one copy of them, not two. `weight_int8`, state_dict, save_pretrained,
+        pickling and .to() get them back from the packed tensor (a copy per call); a load_state_dict, a new
+        weight_int8 or new input qparams put them back into the buffer first. Returns whether released."""
+        if self._released:
+            return True
+        w = self._buffers["weight_int8"]
+        if not exact_u8s8() or w is None or w.is_meta or self.input_scale.is_meta or not float(self.input_scale) > 0:
+            return False  # fitted packing, nothing loaded yet, or not calibrated (its forward says so)
+        self.kernel()
+        self._buffers["weight_int8"] = torch.empty(w.shape, dtype=w.dtype, device="meta")  # shape, dtype, numel
+        self.__dict__["_released"] = True
+        return True
+
+    def _unpacked(self) -> torch.Tensor:
+        """(out, in) int8: the weights back from the packed tensor (mkldnn (in, out) -> plain, transposed)."""
+        return self._packed.packed.to_dense().t().contiguous()
+
+    def _restore(self) -> None:
+        if self._released:
+            w = self._unpacked()
+            self.__dict__["_released"] = False
+            self._buffers["weight_int8"] = w
+
+    def __getattr__(self, name: str):
+        if name == "weight_int8" and self.__dict__.get("_released"):
+            return self._unpacked()
+        return super().__getattr__(name)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "weight_int8" and self.__dict__.get("_released"):
+            self.__dict__["_released"] = False
+            self.__dict__["_packed"] = None  # packed from the weights being replaced
+        super().__setattr__(name, value)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self._released:
+            destination[prefix + "weight_int8"] = self._unpacked()
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        self._restore()
+        return super()._load_from_state_dict(*args, **kwargs)
+
+    def _apply(self, fn, recurse: bool = True):
+        self._restore()
+        return super()._apply(fn, recurse)
+
+    def __getstate__(self):
+        state = super().__getstate__()  # _PackedCache's copy, _packed dropped
+        if self._released:
+            state["_buffers"] = dict(state["_buffers"], weight_int8=self._unpacked())
+            state["_released"] = False
+        return state
 
     def kernel(self) -> Kernel:
         """The packed weights and the input's qparams as Python numbers, made on first use (a cache, dropped
@@ -315,6 +376,34 @@ def quantize_as_recorded(model: nn.Module, q: QuantizationConfig) -> nn.Module:
 
 def is_static_int8(model: nn.Module) -> bool:
     return any(isinstance(m, StaticInt8Linear) for m in model.modules())
+
+
+def release_weights(model: nn.Module) -> int:
+    """Every static projection of `model` packed and its raw int8 buffer dropped (StaticInt8Linear.
+    release_weights); then, if any was, the model's other tensors copied into memory of their own (tied
+    ones kept tied): a checkpoint's tensors all keep its memory-mapped file alive, and its pages count in
+    the process's RSS until the last of them is gone. Returns how many projections were released (0 on a
+    CPU without exact u8 x s8 products, where the packed weights are fitted ones)."""
+    released = [m for m in model.modules() if isinstance(m, StaticInt8Linear) and m.release_weights()]
+    if released:
+        _own_tensors(model)
+        for m in released:  # the kernel's scales are the weight_scale buffer itself (exact: not fitted)
+            m._packed = m._packed._replace(w_scale=m.weight_scale)
+    return len(released)
+
+
+def _own_tensors(model: nn.Module) -> None:
+    """Each parameter and buffer of `model` replaced by a copy, the same copy wherever one tensor is held."""
+    copies: dict = {}
+    for mod in model.modules():
+        for store in (mod._parameters, mod._buffers):
+            for name, t in store.items():
+                if t is None or t.is_meta:
+                    continue
+                if id(t) not in copies:
+                    c = t.detach().clone()
+                    copies[id(t)] = nn.Parameter(c, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else c
+                store[name] = copies[id(t)]
 
 
 # each projection's place in a layer (owner attribute or None for the layer itself) and its static module

@@ -80,7 +80,9 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
     CPU (docs/benchmarks.md). The buffer path would bypass the compiled blocks, so compile excludes it.
     int8: quantize first (modeling/int8.py: int8 weights, dynamic int8 activations; CPU, inference only,
     outputs close to the float ones, not equal). int8=False never undoes an int8 model's quantization
-    (an int8 checkpoint stays int8). Excludes compile.
+    (an int8 checkpoint stays int8). Excludes compile. A static int8 model (int8_static.py) keeps its
+    projections' weights only in their packed form (int8_static.release_weights: one copy, not two; they
+    come back from it for state_dict and saving).
     linear: the fp32 kernel of the encoder layers' projections (modeling/linear.py): "aten" (torch's addmm,
     the plain modules), "mkl" or "mkldnn" (weights prepacked once; about 2x / 1x the projection weights in
     extra memory), or "auto" (per weight shape and row count, the fastest here by a ~2.5 s probe for
@@ -100,6 +102,10 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
         raise ValueError("int8 and compile exclude each other: torch.compile does not trace the quantized kernels")
     if int8:
         model = quantize_int8(model)
+    if not compile:  # static int8: one copy of its weights, the packed one (before the swap takes references)
+        from .int8_static import release_weights
+
+        release_weights(model)
     # int8 word embeddings alone (the shipped MRC reader) leave float projections to speed up
     if linear is None and not compile and uses_fp32_kernels(model):
         linear = "auto"
