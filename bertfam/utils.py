@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 import threading
@@ -74,3 +75,13 @@ def best_time(fn: Callable[[], object], reps: int) -> float:
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> list:
+    """This CPU's feature flags from /proc/cpuinfo, read once ([] where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        return []

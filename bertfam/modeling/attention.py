@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from . import varlen
+from . import fused_attention, varlen
 from .attention_core import attend
 from .varlen import Packed
 
@@ -44,6 +44,9 @@ class SelfAttention(nn.Module):
         # (attention_core): 0 = SDPA always; a static int8 layer's bf16 attention sets what this CPU's probe
         # found faster (int8_static.set_attention_dtype). Not a weight, not saved.
         self.matmul_up_to = 0
+        # softmax(q kᵀ) v by the fused CPU kernel (fused_attention.py) where it takes the batch: unpadded or
+        # packed, inference only. optimize_for_inference sets it; not a weight, not saved.
+        self.fused_attention = False
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor | Packed],
                 need_scores: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -58,9 +61,15 @@ class SelfAttention(nn.Module):
         p_drop = self.p_drop if self.training else 0.0
         if isinstance(mask, Packed):
             qkv = self.qkv(x).view(x.shape[0], 3, self.heads, self.head_dim)  # (N, 3, h, d)
-            return varlen.attention(qkv, mask, p_drop, matmul_up_to=self.matmul_up_to), None  # (N, H)
+            return varlen.attention(qkv, mask, p_drop, matmul_up_to=self.matmul_up_to,
+                                    fused=self.fused_attention), None  # (N, H)
         B, T, H = x.shape
-        qkv = self.qkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(x)  # (B, T, 3H)
+        if self.fused_attention and mask is None and not need_scores:
+            packed = qkv.view(B * T, 3, self.heads, self.head_dim)  # an unpadded batch: sequences every T rows
+            if fused_attention.usable(packed, p_drop):
+                return fused_attention.varlen_attention(packed, fused_attention.uniform_bounds(B, T)).view(B, T, H), None
+        qkv = qkv.view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]  # each (B, heads, T, d)
         scores = None
         if need_scores:

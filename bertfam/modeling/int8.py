@@ -35,7 +35,6 @@ activations quantized at scales calibrated once (calibration.py), GELU and resid
 from __future__ import annotations
 
 import dataclasses
-import functools
 import threading
 import warnings
 from typing import Optional, Sequence
@@ -45,6 +44,7 @@ from torch import nn
 
 from ..config import INT8_MODULES, ModelConfig, QuantizationConfig
 from ..errors import ConfigError, UnsupportedError
+from ..utils import cpu_flags  # noqa: F401 (int8_static and others read it from here)
 from .embeddings import Embeddings
 from .encoder import Encoder
 from .heads import MLMPredictor
@@ -181,16 +181,6 @@ def quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def dequantize_rows(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.float() * scale[:, None]  # (R, C)
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_flags() -> list:
-    """This CPU's feature flags from /proc/cpuinfo, read once ([] where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
-    except OSError:
-        return []
 
 
 def exact_u8s8() -> bool:

@@ -55,9 +55,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import varlen
+from .attention import SelfAttention
 from .attention_core import attend
 from .encoder import Encoder, Layer
 from ..errors import ConfigError
+from . import fused_attention as fused_kernel
 from . import linear as linear_kernels
 from .int8 import Int8Linear, is_int8, quantize_int8
 from .layout import tracing
@@ -69,7 +71,8 @@ _SCRATCH: contextvars.ContextVar[Optional["Scratch"]] = contextvars.ContextVar("
 
 
 def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = None, compile: bool = False,
-                           int8: bool = False, linear: Optional[str] = None, **compile_kwargs) -> nn.Module:
+                           int8: bool = False, linear: Optional[str] = None,
+                           fused_attention: Optional[bool] = None, **compile_kwargs) -> nn.Module:
     """Speed up prediction with `model` (a TaskModel, BertfamModel or anything holding encoders), in place,
     by module replacement; returns it (the replacement where `model` is itself an encoder). Outputs stay
     those of the plain forward (bit for bit with buffer reuse), except with int8.
@@ -91,6 +94,11 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
     bit. None (default): "auto" for a float32 model on the CPU without compile or int8, else the projections'
     kernel stays as it is. An explicit kernel excludes compile and int8 (both replace the projections' kernel
     their own way).
+    fused_attention: softmax(q kᵀ) v of unpadded and packed batches by the fused CPU kernel
+    (fused_attention.py: float32 with AVX-512F, bfloat16 with AVX512_BF16, heads of 32 or 64; outputs equal
+    SDPA's within float rounding, not bit for bit). None (default): where this CPU and the model's heads allow it
+    (built on first use); True: the same, a ConfigError where the kernel cannot run here; False: torch's cores
+    (with linear="aten" the outputs are then the plain forward's bit for bit).
     Idempotent; a compiled model stays compiled."""
     linear_kernels.check_linear(linear)
     if linear not in (None, "aten") and (compile or int8 or _int8_projections(model)):
@@ -128,7 +136,25 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
                         setattr(layer, name, torch.compile(getattr(layer, name), **kw))
     elif reuse:
         model = _swap(model, plain=False)
+    set_fused_attention(model, fused_attention)
     return model
+
+
+def set_fused_attention(model: nn.Module, on: Optional[bool] = None) -> int:
+    """Switch the fused attention kernel on (None: where it runs here; True: a ConfigError where it cannot)
+    or off for every attention module of `model`; returns how many use it."""
+    attns = [m for m in model.modules() if isinstance(m, SelfAttention)]
+    dims = {a.head_dim for a in attns}
+    runs = bool(attns) and all(d in fused_kernel.HEAD_DIMS for d in dims) and fused_kernel.available(torch.float32)
+    if on and attns and not runs:
+        why = fused_kernel.why_unavailable() or (
+            "no AVX-512F on this CPU" if not fused_kernel.cpu_supports(torch.float32)
+            else f"heads of {sorted(dims)} (it takes {', '.join(map(str, fused_kernel.HEAD_DIMS))})")
+        raise ConfigError(f"fused_attention=True: the fused attention kernel cannot run here: {why}")
+    use = runs and on is not False
+    for a in attns:
+        a.fused_attention = use
+    return len(attns) if use else 0
 
 
 def uses_fp32_kernels(model: nn.Module) -> bool:
@@ -245,9 +271,13 @@ def _attention_into(attn, x: torch.Tensor, mask, qkv_buf: torch.Tensor, ctx_buf:
     H = x.shape[-1]
     M = qkv_buf.shape[0]
     qkv = _linear_into(attn.qkv, x.reshape(M, H), qkv_buf)  # (M, 3H)
+    packed = qkv.view(M, 3, attn.heads, attn.head_dim)  # (M, 3, h, d)
     if isinstance(mask, Packed):
-        ctx = varlen.attention(qkv.view(M, 3, attn.heads, attn.head_dim), mask, 0.0,
-                               out=ctx_buf.view(M, attn.heads, attn.head_dim), matmul_up_to=attn.matmul_up_to)  # (N, H)
+        ctx = varlen.attention(packed, mask, 0.0, out=ctx_buf.view(M, attn.heads, attn.head_dim),
+                               matmul_up_to=attn.matmul_up_to, fused=attn.fused_attention)  # (N, H)
+    elif mask is None and attn.fused_attention and fused_kernel.usable(packed):  # unpadded: sequences every T rows
+        ctx = fused_kernel.varlen_attention(packed, fused_kernel.uniform_bounds(*x.shape[:2]),
+                                            out=ctx_buf.view(M, attn.heads, attn.head_dim)).view(M, H)
     else:
         B, T, _ = x.shape
         q, k, v = qkv.view(B, T, 3, attn.heads, attn.head_dim).permute(2, 0, 3, 1, 4)  # (B, h, T, d)

@@ -22,6 +22,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from . import fused_attention
 from .attention_core import attend
 
 ATTENTION_KERNELS = ("loop", "njt", "pad", "block")
@@ -82,13 +83,16 @@ def repad(x: torch.Tensor, p: Packed, fill: float = 0.0) -> torch.Tensor:
 
 
 def attention(qkv: torch.Tensor, p: Packed, dropout_p: float = 0.0,
-              out: Optional[torch.Tensor] = None, matmul_up_to: int = 0) -> torch.Tensor:
+              out: Optional[torch.Tensor] = None, matmul_up_to: int = 0, fused: bool = False) -> torch.Tensor:
     """Self-attention inside each sequence. qkv: (N, 3, heads, d) -> context (N, heads * d).
     `out` (N, heads, d): a buffer to write the context into (the "loop" kernel uses it, others copy).
     `matmul_up_to` (attention_core.attend): "loop" and "pad" compute softmax(q kᵀ) v of sequences (loop) or
     batches (pad) of at most that many keys as two matmuls; "njt" and "block" are SDPA by definition (nested
-    tensors; one call over a block mask)."""
+    tensors; one call over a block mask). `fused` (set by optimize_for_inference): the fused CPU kernel
+    (fused_attention.py) whatever the packing kernel, where it takes this qkv."""
     N, _, h, d = qkv.shape
+    if fused and fused_attention.usable(qkv, dropout_p):
+        return fused_attention.varlen_attention(qkv, p.cu_seqlens, out=out).view(N, h * d)
     if p.kernel == "loop":
         return _attn_loop(qkv, p, dropout_p, out, matmul_up_to).reshape(N, h * d)
     if p.kernel == "pad":

@@ -1,0 +1,126 @@
+"""A fused attention kernel for CPU inference: softmax(q kᵀ / √d) v inside each sequence, in one pass.
+
+torch's cores (attention_core: SDPA, or two batched matmuls and a softmax) either keep the whole (B, h, T, T)
+score matrix in memory or, in SDPA's flash kernel, compute it slowly in bfloat16 on CPUs without AMX, and both
+need q, k, v laid out as (B, h, T, d) copies of the projection's output. This kernel
+(`csrc/fused_attention.cpp`) reads q, k and v where the QKV projection wrote them, a packed (N, 3, h, d)
+tensor with the sequences' bounds (`cu_seqlens`, as varlen.Packed holds them; an unpadded (B, T) batch is the
+same with bounds every T), and for each (sequence, head) packs K and V once, then takes query rows eight at
+a time: their scores stay in L1 in fp32, the softmax is computed there and multiplied into V at once, and the
+context is written as (N, h, d), which is already the (N, H) the output projection reads.
+
+- float32 (AVX-512F FMAs) and bfloat16 (AVX512_BF16 dot products, what static int8 layers compute attention
+  in); head_dim 32 or 64 (e5-small, bert-base, bert-mini); scores, softmax and sums in fp32 for both.
+- exp by a degree-6 polynomial (relative error about 2e-7): in float32 the outputs differ from SDPA's by
+  float rounding (about 1e-6 relative), not bit for bit; in bfloat16 they are closer to the exact result
+  than the two-matmul core, whose scores and probabilities are rounded to bf16.
+- Inference only: no dropout, no mask other than the sequences' bounds, no autograd.
+
+The kernel is compiled on first use with the C++ compiler torch.utils.cpp_extension finds (about 25 s, then
+cached by torch under $TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by default; `make venv` builds it).
+Where it cannot run (no AVX-512F / AVX512_BF16, not x86-64 Linux, no compiler) `available` says False, once
+with a warning naming why when a build failed, and callers keep torch's cores. `optimize_for_inference`
+switches it on (`fused_attention=None`: where available); nothing else does.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import platform
+import threading
+from typing import Optional
+
+import torch
+
+from ..utils import cpu_flags
+
+log = logging.getLogger(__name__)
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "fused_attention.cpp")
+HEAD_DIMS = (32, 64)
+CFLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma", "-fopenmp"]
+_LOCK = threading.Lock()
+_MODULE: dict = {}  # "ext" -> the built module, or None after a failed build; "why" -> the failure
+
+
+def cpu_supports(dtype: torch.dtype) -> bool:
+    """Whether this CPU runs the kernel in `dtype`: AVX-512F for float32, also AVX512_BF16 for bfloat16."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    flags = cpu_flags()
+    if "avx512f" not in flags or "avx512bw" not in flags or "avx512vl" not in flags:
+        return False
+    if dtype == torch.bfloat16:
+        return "avx512_bf16" in flags
+    return dtype == torch.float32
+
+
+def _extension():
+    """The compiled kernel (built on first call, then torch's cached build), or None where it cannot be built."""
+    with _LOCK:
+        if "ext" not in _MODULE:
+            try:
+                from torch.utils.cpp_extension import load
+
+                name = "bertfam_fused_attention"
+                _MODULE["ext"] = load(name, [SOURCE], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
+                                      verbose=False)
+            except Exception as e:  # no compiler, no headers, a failed build: torch's cores stay
+                _MODULE["ext"], _MODULE["why"] = None, str(e).strip().splitlines()[-1][:200] if str(e) else repr(e)
+                log.warning("fused attention kernel unavailable, torch's attention used instead: %s", _MODULE["why"])
+        return _MODULE["ext"]
+
+
+def available(dtype: torch.dtype = torch.float32, head_dim: int = 64) -> bool:
+    """Whether the kernel runs here for attention in `dtype` with heads of `head_dim` (building it if needed)."""
+    return head_dim in HEAD_DIMS and cpu_supports(dtype) and _extension() is not None
+
+
+def why_unavailable() -> Optional[str]:
+    """The build failure, if a build was tried and failed; None otherwise."""
+    return _MODULE.get("why")
+
+
+def usable(qkv: torch.Tensor, dropout_p: float = 0.0) -> bool:
+    """Whether `varlen_attention` takes this (N, 3, h, d) qkv: CPU, float32 / bfloat16, d 32 or 64,
+    contiguous, no dropout, no autograd, and the kernel available."""
+    return (qkv.device.type == "cpu" and dropout_p == 0.0 and qkv.dim() == 4 and qkv.shape[1] == 3
+            and qkv.shape[-1] in HEAD_DIMS and qkv.dtype in (torch.float32, torch.bfloat16)
+            and not (torch.is_grad_enabled() and qkv.requires_grad) and qkv.is_contiguous()
+            and available(qkv.dtype, qkv.shape[-1]))
+
+
+def varlen_attention(qkv: torch.Tensor, cu_seqlens: torch.Tensor, out: Optional[torch.Tensor] = None,
+                     scale: Optional[float] = None) -> torch.Tensor:
+    """softmax(q kᵀ · scale) v inside each sequence: qkv (N, 3, h, d) packed tokens (contiguous), cu_seqlens
+    (B + 1,) sequence bounds from 0 to N -> context (N, h, d) in qkv's dtype, written into `out` if given
+    (contiguous (N, h, d)). scale: default 1/√d. Check `usable(qkv)` first."""
+    ext = _extension()
+    if ext is None:
+        raise RuntimeError(f"fused attention kernel unavailable: {why_unavailable()}")
+    N, _, h, d = qkv.shape
+    if out is None:
+        out = torch.empty(N, h, d, dtype=qkv.dtype, device=qkv.device)
+    cu = cu_seqlens if cu_seqlens.dtype == torch.int64 and cu_seqlens.is_contiguous() else \
+        cu_seqlens.to(torch.int64).contiguous()
+    ext.varlen_attention(qkv, cu, 1.0 / math.sqrt(d) if scale is None else float(scale), out)
+    return out
+
+
+def uniform_bounds(batch: int, length: int) -> torch.Tensor:
+    """cu_seqlens of `batch` unpadded sequences of `length` tokens: 0, T, 2T, ..., B·T."""
+    return torch.arange(0, (batch + 1) * length, length, dtype=torch.int64)
+
+
+def build() -> int:
+    """Build (or load the cached build of) the kernel; print one line saying which; 0 either way (a machine
+    without AVX-512 or a compiler runs torch's cores). `make venv` calls it."""
+    if not cpu_supports(torch.float32):
+        print("fused attention: not built (this CPU has no AVX-512F; torch's attention cores are used)")
+        return 0
+    ok = _extension() is not None
+    print("fused attention: built" if ok else f"fused attention: not built ({why_unavailable()}); torch's "
+          "attention cores are used")
+    return 0
+
