@@ -219,3 +219,21 @@ def test_a_padded_batch_run_padded_keeps_torch_cores(monkeypatch):
     monkeypatch.setattr(fa, "varlen_attention", lambda *a, **k: pytest.fail("fused kernel given a masked batch"))
     with torch.inference_mode():
         assert model(**_inputs(padded=True)).last_hidden_state.isfinite().all()
+
+
+def test_a_killed_builds_lock_is_removed_and_a_live_ones_kept(tmp_path, monkeypatch):
+    """torch waits for ever on the lock file of a build that was killed; ours removes one older than
+    STALE_LOCK_S before building, and leaves a build in progress alone."""
+    import os
+    import time
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    d = fa.build_directory()
+    assert d.startswith(str(tmp_path)) and os.path.isdir(d)
+    lock = os.path.join(d, "lock")
+    open(lock, "w").close()
+    assert fa.build_directory() == d and os.path.exists(lock)  # a live build's
+    old = time.time() - fa.STALE_LOCK_S - 5
+    os.utime(lock, (old, old))
+    fa.build_directory()
+    assert not os.path.exists(lock)

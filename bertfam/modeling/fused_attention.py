@@ -17,7 +17,8 @@ context is written as (N, h, d), which is already the (N, H) the output projecti
 - Inference only: no dropout, no mask other than the sequences' bounds, no autograd.
 
 The kernel is compiled on first use with the C++ compiler torch.utils.cpp_extension finds (about 25 s, then
-cached by torch under $TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by default; `make venv` builds it).
+cached in ~/.cache/torch_extensions/bertfam_fused_attention-<torch version>, `build_directory`; `make venv`
+builds it).
 Where it cannot run (no AVX-512F / AVX512_BF16, not x86-64 Linux, no compiler) `available` says False, once
 with a warning naming why when a build failed, and callers keep torch's cores. `optimize_for_inference`
 switches it on (`fused_attention=None`: where available); nothing else does.
@@ -29,6 +30,7 @@ import math
 import os
 import platform
 import threading
+import time
 from typing import Optional
 
 import torch
@@ -39,6 +41,8 @@ log = logging.getLogger(__name__)
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "fused_attention.cpp")
 HEAD_DIMS = (32, 64)
+NAME = "bertfam_fused_attention"
+STALE_LOCK_S = 600  # a build takes ~25 s: a lock this old is a killed build's
 CFLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma", "-fopenmp"]
 _LOCK = threading.Lock()
 _MODULE: dict = {}  # "ext" -> the built module, or None after a failed build; "why" -> the failure
@@ -63,13 +67,30 @@ def _extension():
             try:
                 from torch.utils.cpp_extension import load
 
-                name = "bertfam_fused_attention"
-                _MODULE["ext"] = load(name, [SOURCE], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
-                                      verbose=False)
+                _MODULE["ext"] = load(NAME, [SOURCE], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
+                                      build_directory=build_directory(), verbose=False)
             except Exception as e:  # no compiler, no headers, a failed build: torch's cores stay
                 _MODULE["ext"], _MODULE["why"] = None, str(e).strip().splitlines()[-1][:200] if str(e) else repr(e)
                 log.warning("fused attention kernel unavailable, torch's attention used instead: %s", _MODULE["why"])
         return _MODULE["ext"]
+
+
+def build_directory() -> str:
+    """Where the kernel is built and cached: torch's extension root ($TORCH_EXTENSIONS_DIR, else
+    ~/.cache/torch_extensions) / bertfam_fused_attention-<torch version>; torch rebuilds it when the source
+    changes. A build killed half-way leaves torch's lock file behind, on which every later build would wait
+    for ever: one older than STALE_LOCK_S is removed."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                                   "torch_extensions")
+    d = os.path.join(root, f"{NAME}-{torch.__version__}")
+    os.makedirs(d, exist_ok=True)
+    lock = os.path.join(d, "lock")
+    try:
+        if time.time() - os.path.getmtime(lock) > STALE_LOCK_S:
+            os.remove(lock)
+    except OSError:
+        pass  # no lock, or another process removed it first
+    return d
 
 
 def available(dtype: torch.dtype = torch.float32, head_dim: int = 64) -> bool:
