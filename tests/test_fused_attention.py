@@ -13,7 +13,7 @@ from bertfam.modeling import varlen
 from bertfam.modeling.attention import SelfAttention
 from bertfam.modeling.optimize import optimize_for_inference, set_fused_attention
 
-needs_kernel = pytest.mark.skipif(not fa.cpu_supports(torch.float32), reason="the kernel needs AVX-512F")
+needs_kernel = pytest.mark.skipif(not fa.cpu_supports(torch.float32), reason="the kernel needs AVX2 or AVX-512")
 needs_bf16 = pytest.mark.skipif(not fa.cpu_supports(torch.bfloat16), reason="bf16 needs AVX512_BF16")
 
 # every tail the kernel has: a single token, one short of / exactly / one past a 16-key block and an 8-row
@@ -135,7 +135,7 @@ def _inputs(B=4, T=70, padded=True, seed=0):
 @pytest.mark.parametrize("padded", [True, False])
 def test_optimize_for_inference_switches_it_on_and_the_outputs_stay_the_plain_ones(padded, monkeypatch):
     plain = _model()
-    fast = optimize_for_inference(copy.deepcopy(plain))
+    fast = optimize_for_inference(copy.deepcopy(plain), fused_attention=True)
     assert all(m.fused_attention for m in fast.modules() if isinstance(m, SelfAttention))
     assert not any(m.fused_attention for m in plain.modules() if isinstance(m, SelfAttention))
     calls = []
@@ -155,7 +155,7 @@ def test_optimize_for_inference_switches_it_on_and_the_outputs_stay_the_plain_on
 
 @needs_kernel
 def test_never_in_training_nor_with_gradients(monkeypatch):
-    model = optimize_for_inference(_model())
+    model = optimize_for_inference(_model(), fused_attention=True)
     monkeypatch.setattr(fa, "varlen_attention", lambda *a, **k: pytest.fail("fused kernel used with autograd"))
     model.train()
     out = model(**_inputs(padded=False)).last_hidden_state
@@ -163,15 +163,16 @@ def test_never_in_training_nor_with_gradients(monkeypatch):
     assert model.backbone.encoder.layers[0].attn.qkv.weight.grad is not None
 
 
+@needs_kernel
 def test_where_it_cannot_run_torch_cores_stay(monkeypatch):
     """No AVX-512 (or a failed build): None leaves it off without a word, True is one ConfigError line."""
     monkeypatch.setattr(fa, "cpu_supports", lambda dtype: False)
     model = optimize_for_inference(_model())
     assert not any(m.fused_attention for m in model.modules() if isinstance(m, SelfAttention))
-    with pytest.raises(ConfigError, match="fused attention kernel cannot run here: no AVX-512F"):
+    with pytest.raises(ConfigError, match="cannot run here: neither AVX-512 nor AVX2"):
         set_fused_attention(model, True)
     monkeypatch.undo()
-    monkeypatch.setitem(fa._MODULE, "ext", None)
+    monkeypatch.setitem(fa._MODULE, fa.variant(), None)
     monkeypatch.setitem(fa._MODULE, "why", "no C++ compiler found")
     assert not fa.available(torch.float32)
     with pytest.raises(ConfigError, match="no C\\+\\+ compiler found"):
@@ -196,7 +197,7 @@ def test_static_int8_layers_attend_through_it_in_bfloat16(monkeypatch):
     plain = _model(d=64)
     batches = [_inputs(seed=s) for s in range(2)]
     static = quantize_static_int8(copy.deepcopy(plain), calibrate(copy.deepcopy(plain), batches))
-    optimize_for_inference(static)
+    optimize_for_inference(static, fused_attention=True)
     dtypes = []
     real = fa.varlen_attention
     monkeypatch.setattr(fa, "varlen_attention", lambda qkv, *a, **k: dtypes.append(qkv.dtype) or real(qkv, *a, **k))
@@ -214,7 +215,7 @@ def test_static_int8_layers_attend_through_it_in_bfloat16(monkeypatch):
 @needs_kernel
 def test_a_padded_batch_run_padded_keeps_torch_cores(monkeypatch):
     """packing="padded" with padding: the mask goes to attention_core.attend (the kernel knows no masks)."""
-    model = optimize_for_inference(_model())
+    model = optimize_for_inference(_model(), fused_attention=True)
     model.packing = "padded"
     monkeypatch.setattr(fa, "varlen_attention", lambda *a, **k: pytest.fail("fused kernel given a masked batch"))
     with torch.inference_mode():
@@ -237,3 +238,41 @@ def test_a_killed_builds_lock_is_removed_and_a_live_ones_kept(tmp_path, monkeypa
     os.utime(lock, (old, old))
     fa.build_directory()
     assert not os.path.exists(lock)
+
+
+needs_avx2 = pytest.mark.skipif(not {"avx2", "fma"} <= set(fa.cpu_flags()), reason="the AVX2 build needs AVX2 + FMA")
+
+
+@needs_avx2
+@pytest.mark.parametrize("d", [32, 64])
+def test_the_avx2_build_matches_the_reference_and_refuses_bfloat16(d):
+    """The 8-lane build that AVX2-only CPUs run, built here on purpose (an AVX-512 CPU runs AVX2 code too)."""
+    ext = fa._extension("avx2")
+    assert ext is not None, fa.why_unavailable()
+    qkv, cu = _qkv(LENGTHS, 3, d, torch.float32, seed=4)
+    out = torch.empty(qkv.shape[0], 3, d)
+    ext.varlen_attention(qkv, cu, 1 / math.sqrt(d), out)
+    assert (out.double() - _reference(qkv, cu)).abs().max().item() < 1e-5
+    with pytest.raises(RuntimeError, match="needs AVX512_BF16"):
+        ext.varlen_attention(qkv.bfloat16(), cu, 0.125, out.bfloat16())
+
+
+
+@needs_kernel
+def test_by_default_only_where_the_probe_finds_it_faster(monkeypatch):
+    """fused_attention=None asks faster_here (a timed probe against torch's attention, once per shape);
+    True does not ask."""
+    asked = []
+    monkeypatch.setattr(fa, "faster_here", lambda h, d, threads=None: asked.append((h, d)) or False)
+    attns = lambda m: [a.fused_attention for a in m.modules() if isinstance(a, SelfAttention)]  # noqa: E731
+    assert attns(optimize_for_inference(_model(d=32, heads=2))) == [False, False] and asked == [(2, 32)]
+    asked.clear()
+    assert attns(optimize_for_inference(_model(), fused_attention=True)) == [True, True] and asked == []
+    monkeypatch.undo()
+    fa._FASTER.pop((2, 32, 1), None)
+    before = torch.get_num_threads()
+    try:  # the real probe, on one thread: a bool, remembered
+        won = fa.faster_here(2, 32, threads=1)
+    finally:
+        torch.set_num_threads(before)
+    assert fa._FASTER[(2, 32, 1)] is won and isinstance(won, bool)

@@ -9,19 +9,21 @@ same with bounds every T), and for each (sequence, head) packs K and V once, the
 a time: their scores stay in L1 in fp32, the softmax is computed there and multiplied into V at once, and the
 context is written as (N, h, d), which is already the (N, H) the output projection reads.
 
-- float32 (AVX-512F FMAs) and bfloat16 (AVX512_BF16 dot products, what static int8 layers compute attention
-  in); head_dim 32 or 64 (e5-small, bert-base, bert-mini); scores, softmax and sums in fp32 for both.
+- float32 (FMAs: 16 lanes with AVX-512, 8 with AVX2 + FMA, the two builds of one source) and bfloat16
+  (AVX512_BF16 dot products, what static int8 layers compute attention in, AVX-512 build only); head_dim 32 or
+  64 (e5-small, bert-base, bert-mini); scores, softmax and sums in fp32 for both.
 - exp by a degree-6 polynomial (relative error about 2e-7): in float32 the outputs differ from SDPA's by
   float rounding (about 1e-6 relative), not bit for bit; in bfloat16 they are closer to the exact result
   than the two-matmul core, whose scores and probabilities are rounded to bf16.
 - Inference only: no dropout, no mask other than the sequences' bounds, no autograd.
 
 The kernel is compiled on first use with the C++ compiler torch.utils.cpp_extension finds (about 25 s, then
-cached in ~/.cache/torch_extensions/bertfam_fused_attention-<torch version>, `build_directory`; `make venv`
-builds it).
-Where it cannot run (no AVX-512F / AVX512_BF16, not x86-64 Linux, no compiler) `available` says False, once
+cached in ~/.cache/torch_extensions/bertfam_fused_attention_<build>-<torch version>, `build_directory`;
+`make venv` builds it). Where it cannot run (neither AVX-512 nor AVX2 + FMA, bfloat16 without AVX512_BF16,
+not x86-64 Linux, no compiler) `available` says False, once
 with a warning naming why when a build failed, and callers keep torch's cores. `optimize_for_inference`
-switches it on (`fused_attention=None`: where available); nothing else does.
+switches it on (`fused_attention=None`: where available and `faster_here`, a short probe against torch's
+attention; True: wherever available); nothing else does.
 """
 from __future__ import annotations
 
@@ -43,46 +45,63 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "fused
 HEAD_DIMS = (32, 64)
 NAME = "bertfam_fused_attention"
 STALE_LOCK_S = 600  # a build takes ~25 s: a lock this old is a killed build's
-CFLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma", "-fopenmp"]
+# the two builds of csrc/fused_attention.cpp: AVX-512 (float32 and bfloat16) and AVX2 + FMA (float32 only)
+CFLAGS = {
+    "avx512": ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma", "-fopenmp"],
+    "avx2": ["-O3", "-mavx2", "-mfma", "-fopenmp"],
+}
 _LOCK = threading.Lock()
-_MODULE: dict = {}  # "ext" -> the built module, or None after a failed build; "why" -> the failure
+_MODULE: dict = {}  # build ("avx512" / "avx2") -> its module, or None after a failed build; "why" -> the failure
+
+
+def variant() -> Optional[str]:
+    """The build this CPU runs: "avx512" (AVX-512F/BW/VL), "avx2" (AVX2 and FMA), or None (not x86-64 Linux,
+    or neither)."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    flags = cpu_flags()
+    if {"avx512f", "avx512bw", "avx512vl"} <= set(flags):
+        return "avx512"
+    return "avx2" if {"avx2", "fma"} <= set(flags) else None
 
 
 def cpu_supports(dtype: torch.dtype) -> bool:
-    """Whether this CPU runs the kernel in `dtype`: AVX-512F for float32, also AVX512_BF16 for bfloat16."""
-    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
-        return False
-    flags = cpu_flags()
-    if "avx512f" not in flags or "avx512bw" not in flags or "avx512vl" not in flags:
-        return False
+    """Whether this CPU runs the kernel in `dtype`: float32 with either build, bfloat16 with the AVX-512 one on
+    a CPU with AVX512_BF16."""
     if dtype == torch.bfloat16:
-        return "avx512_bf16" in flags
-    return dtype == torch.float32
+        return variant() == "avx512" and "avx512_bf16" in cpu_flags()
+    return dtype == torch.float32 and variant() is not None
 
 
-def _extension():
-    """The compiled kernel (built on first call, then torch's cached build), or None where it cannot be built."""
+def _extension(build: Optional[str] = None):
+    """The compiled kernel of `build` (default: this CPU's `variant`), built on first call, then torch's cached
+    build; None where it cannot be built."""
+    build = build or variant()
+    if build is None:
+        return None
     with _LOCK:
-        if "ext" not in _MODULE:
+        if build not in _MODULE:
             try:
                 from torch.utils.cpp_extension import load
 
-                _MODULE["ext"] = load(NAME, [SOURCE], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
-                                      build_directory=build_directory(), verbose=False)
+                _MODULE[build] = load(f"{NAME}_{build}", [SOURCE], extra_cflags=CFLAGS[build],
+                                      extra_ldflags=["-fopenmp"], build_directory=build_directory(build),
+                                      verbose=False)
             except Exception as e:  # no compiler, no headers, a failed build: torch's cores stay
-                _MODULE["ext"], _MODULE["why"] = None, str(e).strip().splitlines()[-1][:200] if str(e) else repr(e)
+                _MODULE[build] = None
+                _MODULE["why"] = (str(e).strip().splitlines() or [repr(e)])[-1][:200]
                 log.warning("fused attention kernel unavailable, torch's attention used instead: %s", _MODULE["why"])
-        return _MODULE["ext"]
+        return _MODULE[build]
 
 
-def build_directory() -> str:
+def build_directory(build: Optional[str] = None) -> str:
     """Where the kernel is built and cached: torch's extension root ($TORCH_EXTENSIONS_DIR, else
-    ~/.cache/torch_extensions) / bertfam_fused_attention-<torch version>; torch rebuilds it when the source
+    ~/.cache/torch_extensions) / bertfam_fused_attention_<variant>-<torch version>; torch rebuilds it when the source
     changes. A build killed half-way leaves torch's lock file behind, on which every later build would wait
     for ever: one older than STALE_LOCK_S is removed."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
                                                                    "torch_extensions")
-    d = os.path.join(root, f"{NAME}-{torch.__version__}")
+    d = os.path.join(root, f"{NAME}_{build or variant()}-{torch.__version__}")
     os.makedirs(d, exist_ok=True)
     lock = os.path.join(d, "lock")
     try:
@@ -96,6 +115,59 @@ def build_directory() -> str:
 def available(dtype: torch.dtype = torch.float32, head_dim: int = 64) -> bool:
     """Whether the kernel runs here for attention in `dtype` with heads of `head_dim` (building it if needed)."""
     return head_dim in HEAD_DIMS and cpu_supports(dtype) and _extension() is not None
+
+
+PROBE_LENGTHS = (128, 512)  # each as a batch of PROBE_TOKENS tokens, against torch's core for that dtype
+PROBE_TOKENS, PROBE_REPS = 1024, 3
+_FASTER: dict = {}  # (heads, head_dim, threads) -> whether the kernel won the probe
+
+
+def faster_here(heads: int, head_dim: int, threads: Optional[int] = None) -> bool:
+    """Whether the kernel beats torch's attention on this CPU for heads x head_dim, at every PROBE_LENGTHS and in
+    every dtype it runs here (float32 against SDPA; bfloat16, where it runs, against the core static int8
+    layers use, attention_core.matmul_up_to): a probe of a fraction of a second, once per process and shape.
+    The AVX2 build has been measured only on an AVX-512 CPU, so where it is the one that runs, this decides."""
+    threads = threads or torch.get_num_threads()
+    key = (heads, head_dim, threads)
+    if key not in _FASTER:
+        dtypes = [dt for dt in (torch.float32, torch.bfloat16) if available(dt, head_dim)]
+        _FASTER[key] = bool(dtypes) and all(_probe(dt, heads, head_dim, threads) for dt in dtypes)
+    return _FASTER[key]
+
+
+def _probe(dtype: torch.dtype, heads: int, head_dim: int, threads: int) -> bool:
+    from .attention_core import attend, matmul_up_to
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(0)
+    try:
+        up_to = matmul_up_to(dtype) if dtype == torch.bfloat16 else 0
+        for T in PROBE_LENGTHS:
+            B = max(1, PROBE_TOKENS // T)
+            qkv = torch.randn(B * T, 3, heads, head_dim, generator=g).to(dtype)
+            cu = uniform_bounds(B, T)
+            out = torch.empty(B * T, heads, head_dim, dtype=dtype)
+
+            def torch_core():  # what varlen.attention's "loop" does: one call per sequence on views
+                for b in range(B):
+                    q, k, v = qkv[b * T:(b + 1) * T].permute(1, 2, 0, 3).unsqueeze(1)  # each (1, h, T, d)
+                    attend(q, k, v, None, 0.0, up_to)
+
+            with torch.inference_mode():
+                fused = _timed(lambda: varlen_attention(qkv, cu, out=out))
+                if not fused < _timed(torch_core):
+                    return False
+        return True
+    finally:
+        torch.set_num_threads(before)
+
+
+def _timed(fn) -> float:
+    from ..utils import best_time
+
+    fn()  # warm-up
+    return best_time(fn, PROBE_REPS)
 
 
 def why_unavailable() -> Optional[str]:
@@ -135,13 +207,13 @@ def uniform_bounds(batch: int, length: int) -> torch.Tensor:
 
 
 def build() -> int:
-    """Build (or load the cached build of) the kernel; print one line saying which; 0 either way (a machine
-    without AVX-512 or a compiler runs torch's cores). `make venv` calls it."""
-    if not cpu_supports(torch.float32):
-        print("fused attention: not built (this CPU has no AVX-512F; torch's attention cores are used)")
+    """Build (or load the cached build of) this CPU's kernel; print one line saying which; 0 either way (a
+    machine without AVX2 or a compiler runs torch's cores). `make venv` calls it."""
+    v = variant()
+    if v is None:
+        print("fused attention: not built (this CPU has neither AVX-512 nor AVX2 + FMA; torch's attention is used)")
         return 0
     ok = _extension() is not None
-    print("fused attention: built" if ok else f"fused attention: not built ({why_unavailable()}); torch's "
-          "attention cores are used")
+    print(f"fused attention: built ({v}{', float32 and bfloat16' if cpu_supports(torch.bfloat16) else ', float32'})"
+          if ok else f"fused attention: not built ({why_unavailable()}); torch's attention is used")
     return 0
-

@@ -95,9 +95,10 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
     kernel stays as it is. An explicit kernel excludes compile and int8 (both replace the projections' kernel
     their own way).
     fused_attention: softmax(q kᵀ) v of unpadded and packed batches by the fused CPU kernel
-    (fused_attention.py: float32 with AVX-512F, bfloat16 with AVX512_BF16, heads of 32 or 64; outputs equal
+    (fused_attention.py: float32 with AVX-512 or AVX2, bfloat16 with AVX512_BF16, heads of 32 or 64; outputs equal
     SDPA's within float rounding, not bit for bit). None (default): where this CPU and the model's heads allow it
-    (built on first use); True: the same, a ConfigError where the kernel cannot run here; False: torch's cores
+    (built on first use) and a probe of a fraction of a second finds it faster than torch's attention here;
+    True: wherever it runs, a ConfigError where it cannot; False: torch's cores
     (with linear="aten" the outputs are then the plain forward's bit for bit).
     Idempotent; a compiled model stays compiled."""
     linear_kernels.check_linear(linear)
@@ -141,17 +142,21 @@ def optimize_for_inference(model: nn.Module, reuse_buffers: Optional[bool] = Non
 
 
 def set_fused_attention(model: nn.Module, on: Optional[bool] = None) -> int:
-    """Switch the fused attention kernel on (None: where it runs here; True: a ConfigError where it cannot)
-    or off for every attention module of `model`; returns how many use it."""
+    """Switch the fused attention kernel on (None: where it runs here and a probe finds it faster than torch's
+    attention, fused_attention.faster_here; True: wherever it runs, a ConfigError where it cannot) or off for
+    every attention module of `model`; returns how many use it."""
     attns = [m for m in model.modules() if isinstance(m, SelfAttention)]
     dims = {a.head_dim for a in attns}
     runs = bool(attns) and all(d in fused_kernel.HEAD_DIMS for d in dims) and fused_kernel.available(torch.float32)
     if on and attns and not runs:
         why = fused_kernel.why_unavailable() or (
-            "no AVX-512F on this CPU" if not fused_kernel.cpu_supports(torch.float32)
+            "neither AVX-512 nor AVX2 + FMA on this CPU" if not fused_kernel.cpu_supports(torch.float32)
             else f"heads of {sorted(dims)} (it takes {', '.join(map(str, fused_kernel.HEAD_DIMS))})")
         raise ConfigError(f"fused_attention=True: the fused attention kernel cannot run here: {why}")
-    use = runs and on is not False
+    # None: only where the probe finds it faster than torch's attention here (the AVX2 build is unmeasured on
+    # its own CPUs); True: wherever it runs
+    use = runs and (on or (on is None and all(fused_kernel.faster_here(h, d)
+                                              for h, d in {(a.heads, a.head_dim) for a in attns})))
     for a in attns:
         a.fused_attention = use
     return len(attns) if use else 0

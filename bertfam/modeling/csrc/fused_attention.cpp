@@ -1,7 +1,8 @@
 // softmax(q kᵀ · scale) v inside each sequence of a packed batch, in one pass per (sequence, head): the
 // scores of a block of query rows stay in L1 (fp32), the softmax is computed there and multiplied into V at
 // once, so no (T, T) score matrix and no layout copies of q, k, v. Built by bertfam/modeling/fused_attention.py
-// (torch.utils.cpp_extension, AVX-512F; the bfloat16 kernel also needs AVX512_BF16's dot products).
+// (torch.utils.cpp_extension) in one of two variants: with -mavx512* (__AVX512F__: float32 and, where the CPU
+// has AVX512_BF16's dot products, bfloat16; 16 lanes) or with -mavx2 -mfma (float32 only, 8 lanes).
 //
 // qkv: (N, 3, h, D) packed real tokens (row t of sequence b is token cu[b] + t), contiguous, float32 or
 // bfloat16; D = 32 or 64. out: (N, h, D), same dtype. Scores, softmax and the PV sums are fp32 in both.
@@ -16,6 +17,20 @@
 namespace {
 
 constexpr int RB = 8;  // query rows per block: 8 rows x 2 key vectors = 16 accumulators in QKᵀ
+
+struct Scratch {
+  std::vector<float> kp, vp, s;  // packed K and V (as 32-bit words), RB rows of scores
+  std::vector<uint16_t> p;       // RB rows of bf16 probabilities
+  Scratch(int max_len, int D) {
+    const int nb = (max_len + 15) / 16;
+    kp.resize((size_t)nb * 16 * D + 16);
+    vp.resize((size_t)(max_len + 1) / 2 * 2 * D + 16 * D);
+    s.resize((size_t)RB * nb * 16);
+    p.resize((size_t)RB * nb * 16 + 32);
+  }
+};
+
+#if defined(__AVX512F__)
 
 // e^x for x <= 0 (scores minus their row's max): 2^n · 2^f, f in [-0.5, 0.5] by a degree-6 polynomial
 // (relative error ~2e-7), 2^n by scalef; below -87 it flushes towards 0 as expf does
@@ -150,18 +165,6 @@ inline void pv_bf16(const uint16_t* p, int ldp, const uint32_t* vp, int np, cons
                           (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(acc[r][c], _mm512_set1_ps(inv[r]))));
 }
 
-struct Scratch {
-  std::vector<float> kp, vp, s;  // packed K and V (as 32-bit words), RB rows of scores
-  std::vector<uint16_t> p;       // RB rows of bf16 probabilities
-  Scratch(int max_len, int D) {
-    const int nb = (max_len + 15) / 16;
-    kp.resize((size_t)nb * 16 * D + 16);
-    vp.resize((size_t)(max_len + 1) / 2 * 2 * D + 16 * D);
-    s.resize((size_t)RB * nb * 16);
-    p.resize((size_t)RB * nb * 16 + 32);
-  }
-};
-
 template <int D>
 void head_bf16(const uint16_t* q, int64_t stride, int64_t kv_off, int L, float scale, uint16_t* out,
                int64_t ostride, Scratch& w) {
@@ -278,6 +281,145 @@ void head_f32(const float* q, int64_t stride, int64_t kv_off, int L, float scale
   }
 }
 
+#else  // AVX2 + FMA: the float32 kernel only (no bf16 dot products on these CPUs), 8 lanes
+
+inline __m256 exp_ps(__m256 x) {  // as the AVX-512 one: e^x for x <= 0, 2^n added to the exponent bits
+  const __m256 magic = _mm256_set1_ps(12582912.0f), log2e = _mm256_set1_ps(1.44269504088896341f);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  __m256 t = _mm256_fmadd_ps(x, log2e, magic);
+  __m256 n = _mm256_sub_ps(t, magic);
+  __m256 f = _mm256_fmsub_ps(x, log2e, n);
+  __m256 p = _mm256_set1_ps(1.5403530393381606e-4f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-2f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  __m256i e = _mm256_slli_epi32(_mm256_castps_si256(t), 23);
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+}
+
+// one row of L scores in place: e = exp(scale · (s − max)); s is padded to whole vectors (zeros written past
+// L); returns Σ e
+inline float softmax_row_f32(float* s, int L, float scale) {
+  const int Lv = (L + 7) / 8 * 8;
+  for (int j = L; j < Lv; ++j) s[j] = -INFINITY;
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  for (int j = 0; j < Lv; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
+  float m[8], mx = -INFINITY;
+  _mm256_storeu_ps(m, vmax);
+  for (float v : m) mx = std::max(mx, v);
+  const __m256 vs = _mm256_set1_ps(scale), vm = _mm256_set1_ps(mx * scale);
+  __m256 vsum = _mm256_setzero_ps();
+  for (int j = 0; j < Lv; j += 8) {
+    __m256 e = exp_ps(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), vs, vm));
+    _mm256_storeu_ps(s + j, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  float sum = 0.0f;
+  _mm256_storeu_ps(m, vsum);
+  for (int j = 0; j < 8; ++j) sum += m[j];
+  for (int j = L; j < Lv; ++j) sum -= s[j];  // exp of −inf: a 0 in exact arithmetic, ~1e-38 here
+  for (int j = L; j < Lv; ++j) s[j] = 0.0f;
+  return sum;
+}
+
+// K as [key block of 8][d][lane = key]
+template <int D>
+void pack_k_f32(const float* k, int64_t stride, int L, float* kp) {
+  const int nb = (L + 7) / 8;
+  std::memset(kp, 0, sizeof(float) * nb * D * 8);
+  for (int j = 0; j < L; ++j) {
+    const float* src = k + j * stride;
+    float* dst = kp + (j / 8) * D * 8 + (j % 8);
+    for (int d = 0; d < D; ++d) dst[d * 8] = src[d];
+  }
+}
+
+template <int R, int D>
+inline void qk_f32(const float* q, int64_t stride, const float* kp, int nb, float* s, int ld) {
+  const float* qr[R];
+  for (int r = 0; r < R; ++r) qr[r] = q + r * stride;
+  int jb = 0;
+  for (; jb + 2 <= nb; jb += 2) {
+    __m256 acc[R][2];
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    const float* k0 = kp + jb * D * 8;
+    for (int d = 0; d < D; ++d) {
+      __m256 b0 = _mm256_loadu_ps(k0 + d * 8), b1 = _mm256_loadu_ps(k0 + D * 8 + d * 8);
+      for (int r = 0; r < R; ++r) {
+        __m256 a = _mm256_broadcast_ss(qr[r] + d);
+        acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      _mm256_storeu_ps(s + r * ld + jb * 8, acc[r][0]);
+      _mm256_storeu_ps(s + r * ld + jb * 8 + 8, acc[r][1]);
+    }
+  }
+  for (; jb < nb; ++jb) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    const float* k0 = kp + jb * D * 8;
+    for (int d = 0; d < D; ++d) {
+      __m256 b0 = _mm256_loadu_ps(k0 + d * 8);
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(qr[r] + d), b0, acc[r]);
+    }
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(s + r * ld + jb * 8, acc[r]);
+  }
+}
+
+// out_r[c0:c0+32] = (e_r · V[:, c0:c0+32]) · inv_r for R rows, V read in place; 4 vectors a row
+template <int R>
+inline void pv_f32(const float* e, int lde, const float* v, int64_t stride, int L, const float* inv, float* out,
+                   int64_t ostride, int c0) {
+  __m256 acc[R][4];
+  for (int r = 0; r < R; ++r) for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int j = 0; j < L; ++j) {
+    __m256 b[4];
+    for (int c = 0; c < 4; ++c) b[c] = _mm256_loadu_ps(v + j * stride + c0 + 8 * c);
+    for (int r = 0; r < R; ++r) {
+      __m256 a = _mm256_broadcast_ss(e + r * lde + j);
+      for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_fmadd_ps(a, b[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < 4; ++c)
+      _mm256_storeu_ps(out + r * ostride + c0 + 8 * c, _mm256_mul_ps(acc[r][c], _mm256_set1_ps(inv[r])));
+}
+
+template <int D>
+void head_f32(const float* q, int64_t stride, int64_t kv_off, int L, float scale, float* out, int64_t ostride,
+              Scratch& w) {
+  const int nb = (L + 7) / 8, ld = nb * 8;
+  float* kp = w.kp.data();
+  float* s = w.s.data();
+  pack_k_f32<D>(q + kv_off, stride, L, kp);
+  const float* v = q + 2 * kv_off;
+  float inv[RB];
+  for (int r0 = 0; r0 < L; r0 += RB) {
+    const int R = std::min(RB, L - r0);
+    const float* qb = q + r0 * stride;
+    int r = 0;
+    for (; r + 6 <= R; r += 6) qk_f32<6, D>(qb + r * stride, stride, kp, nb, s + r * ld, ld);
+    for (; r < R; ++r) qk_f32<1, D>(qb + r * stride, stride, kp, nb, s + r * ld, ld);
+    for (r = 0; r < R; ++r) inv[r] = 1.0f / softmax_row_f32(s + r * ld, L, scale);
+    float* o = out + r0 * ostride;
+    for (int c0 = 0; c0 < D; c0 += 32) {
+      for (r = 0; r + 2 <= R; r += 2) pv_f32<2>(s + r * ld, ld, v, stride, L, inv + r, o + r * ostride, ostride, c0);
+      for (; r < R; ++r) pv_f32<1>(s + r * ld, ld, v, stride, L, inv + r, o + r * ostride, ostride, c0);
+    }
+  }
+}
+
+template <int D>
+void head_bf16(const uint16_t*, int64_t, int64_t, int, float, uint16_t*, int64_t, Scratch&) {
+  TORCH_CHECK(false, "the bfloat16 kernel needs AVX512_BF16: this build is the AVX2 one");
+}
+#endif
+
 template <typename T, int D>
 void run(const torch::Tensor& qkv, const int64_t* cu, int64_t B, double scale, torch::Tensor& out) {
   const int64_t H = qkv.size(2), stride = 3 * H * D, kv_off = H * D, ostride = H * D;
@@ -319,6 +461,9 @@ void varlen_attention(torch::Tensor qkv, torch::Tensor cu_seqlens, double scale,
   TORCH_CHECK(B >= 0 && cu[0] == 0 && cu[B] == qkv.size(0), "cu_seqlens must run from 0 to N");
   for (int64_t b = 0; b < B; ++b) TORCH_CHECK(cu[b + 1] >= cu[b], "cu_seqlens must not decrease");
   const bool bf = qkv.scalar_type() == at::kBFloat16;
+#if !defined(__AVX512F__)
+  TORCH_CHECK(!bf, "the bfloat16 kernel needs AVX512_BF16: this build is the AVX2 one (float32 only)");
+#endif
   if (bf && D == 64) run<at::BFloat16, 64>(qkv, cu, B, scale, out);
   else if (bf) run<at::BFloat16, 32>(qkv, cu, B, scale, out);
   else if (D == 64) run<float, 64>(qkv, cu, B, scale, out);
