@@ -51,15 +51,16 @@ LABELS = {
                      "calibrated on a few batches (random token ids in encoder_throughput.py)",
     "bertfam": "bertfam, optimize_for_inference (buffer reuse; the encoder projections' fp32 kernel per shape "
                "and row count that the probe chose at the model's start in this run, linear=None = auto: "
-               "bertfam/modeling/linear_probe.py; attention by the fused kernel where the CPU has AVX-512F: "
-               "bertfam/modeling/fused_attention.py), unpadded (packed) path, fp32",
+               "bertfam/modeling/linear_probe.py; attention by the fused kernel where it runs (AVX-512 or AVX2) "
+               "and its probe finds it faster: bertfam/modeling/fused_attention.py), unpadded (packed) path, fp32",
     "bertfam-int8": "bertfam, optimize_for_inference(int8=True): the encoder's nn.Linear layers int8 "
                     "dynamic-quantized (bertfam/modeling/int8.py)",
     "bertfam-int8-static": "bertfam static int8 (bertfam quantize --calibrate; bertfam/modeling/int8_static.py): "
                            "the same int8 weights, activation scales calibrated on the batches nncf.quantize gets, "
                            "GELU and residual adds fused into oneDNN's qlinear, attention in bf16 where the CPU has native "
                            "bf16 (AVX512_BF16 / AMX; float32 elsewhere), by the fused attention kernel where it runs "
-                           "(AVX-512F; bertfam/modeling/fused_attention.py); loaded from the saved checkpoint, then "
+                           "and its probe finds it faster (bertfam/modeling/fused_attention.py); loaded from the saved "
+                           "checkpoint, then "
                            "optimize_for_inference",
     "bertfam-aten": "bertfam as `bertfam`, optimize_for_inference(linear=\"aten\"): torch's addmm (the kernel "
                     "before the probe; the buffer path bit for bit)",
