@@ -276,3 +276,25 @@ def test_by_default_only_where_the_probe_finds_it_faster(monkeypatch):
     finally:
         torch.set_num_threads(before)
     assert fa._FASTER[(2, 32, 1)] is won and isinstance(won, bool)
+
+
+
+@needs_kernel
+def test_a_traced_model_keeps_torch_cores(monkeypatch):
+    """The kernel is no torch op, so a trace of an optimized model (jit.trace here; ONNX export and compile
+    take the same test) must record torch's attention, and the traced graph must run without the kernel."""
+    model = optimize_for_inference(_model(), fused_attention=True).backbone
+    monkeypatch.setattr(fa, "varlen_attention", lambda *a, **k: pytest.fail("fused kernel inside a trace"))
+    ids = _inputs(padded=False)["input_ids"]
+
+    class Hidden(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(input_ids=x).last_hidden_state
+
+    with torch.no_grad():
+        traced = torch.jit.trace(Hidden(model), (ids,), check_trace=False)
+        assert traced(ids).shape == (4, 70, 64)

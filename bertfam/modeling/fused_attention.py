@@ -177,7 +177,11 @@ def why_unavailable() -> Optional[str]:
 
 def usable(qkv: torch.Tensor, dropout_p: float = 0.0) -> bool:
     """Whether `varlen_attention` takes this (N, 3, h, d) qkv: CPU, float32 / bfloat16, d 32 or 64,
-    contiguous, no dropout, no autograd, and the kernel available."""
+    contiguous, no dropout, no autograd, not inside an export, compile or jit trace (the kernel is no torch op:
+    a graph would not hold it), and the kernel available."""
+    if (torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing()
+            or torch.onnx.is_in_onnx_export()):
+        return False
     return (qkv.device.type == "cpu" and dropout_p == 0.0 and qkv.dim() == 4 and qkv.shape[1] == 3
             and qkv.shape[-1] in HEAD_DIMS and qkv.dtype in (torch.float32, torch.bfloat16)
             and not (torch.is_grad_enabled() and qkv.requires_grad) and qkv.is_contiguous()
