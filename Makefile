@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	# torch first and explicitly: the CPU wheel on disk, never the multi-GB CUDA build
 	$(PY) -m pip install -q --disable-pip-version-check "torch==2.13.0"
 	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,serve,onnx]"
-	# the fused attention kernel (C++, AVX-512), compiled once here rather than at a first prediction (~40 s);
+	# the fused attention kernel (C++, AVX-512 or AVX2), compiled once here rather than at a first prediction (~25 s);
 	# without AVX2 / AVX-512 or a compiler it says so and torch's attention is used
 	$(PY) -c "from bertfam.modeling.fused_attention import build; build()"
 	touch $(STAMP)
