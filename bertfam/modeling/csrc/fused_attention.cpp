@@ -30,51 +30,200 @@ struct Scratch {
   }
 };
 
+// The float32 kernel is written once over Vec, the build's vector: 16 lanes with AVX-512, 8 with AVX2 + FMA.
 #if defined(__AVX512F__)
+struct Vec {
+  using T = __m512;
+  static constexpr int W = 16;
+  static T zero() { return _mm512_setzero_ps(); }
+  static T set1(float x) { return _mm512_set1_ps(x); }
+  static T load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
+  static T fmadd(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
+  static T fmsub(T a, T b, T c) { return _mm512_fmsub_ps(a, b, c); }
+  static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
+  static T add(T a, T b) { return _mm512_add_ps(a, b); }
+  static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
+  static T max(T a, T b) { return _mm512_max_ps(a, b); }
+  static T times_pow2(T p, T t) {  // p · 2^n, n the integer in t's low mantissa bits (exp_ps)
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), _mm512_slli_epi32(_mm512_castps_si512(t), 23)));
+  }
+  static T first(T v, int n) { return _mm512_maskz_mov_ps((__mmask16)((1u << n) - 1u), v); }  // lanes >= n zeroed
+  static float hmax(T v) { return _mm512_reduce_max_ps(v); }
+  static float hsum(T v) { return _mm512_reduce_add_ps(v); }
+};
+#else
+struct Vec {
+  using T = __m256;
+  static constexpr int W = 8;
+  static T zero() { return _mm256_setzero_ps(); }
+  static T set1(float x) { return _mm256_set1_ps(x); }
+  static T load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
+  static T fmadd(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
+  static T fmsub(T a, T b, T c) { return _mm256_fmsub_ps(a, b, c); }
+  static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
+  static T add(T a, T b) { return _mm256_add_ps(a, b); }
+  static T sub(T a, T b) { return _mm256_sub_ps(a, b); }
+  static T max(T a, T b) { return _mm256_max_ps(a, b); }
+  static T times_pow2(T p, T t) {
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(_mm256_castps_si256(t), 23)));
+  }
+  static T first(T v, int n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane)));
+  }
+  static float hmax(T v) {
+    float m[8];
+    _mm256_storeu_ps(m, v);
+    return *std::max_element(m, m + 8);
+  }
+  static float hsum(T v) {
+    float m[8];
+    _mm256_storeu_ps(m, v);
+    return m[0] + m[1] + m[2] + m[3] + m[4] + m[5] + m[6] + m[7];
+  }
+};
+#endif
+using V = Vec::T;
+constexpr int W = Vec::W;
 
 // e^x for x <= 0 (scores minus their row's max): 2^n · 2^f, f in [-0.5, 0.5] by a degree-6 polynomial
-// (relative error ~2e-7), 2^n by scalef; below -87 it flushes towards 0 as expf does
-inline __m512 exp_ps(__m512 x) {
-  // n = round(t) by the 1.5 · 2^23 trick (its low bits then hold n as an integer), 2^n by adding n to the
-  // exponent bits: cheaper than roundscale / scalef, exact for the clamped range
-  const __m512 magic = _mm512_set1_ps(12582912.0f);
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
-  __m512 n = _mm512_sub_ps(t, magic);
-  __m512 f = _mm512_fmsub_ps(x, _mm512_set1_ps(1.44269504088896341f), n);
-  __m512 p = _mm512_set1_ps(1.5403530393381606e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  __m512i e = _mm512_slli_epi32(_mm512_castps_si512(t), 23);  // n in the low bits of t, shifted to the exponent
-  return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
+// (relative error ~2e-7); n = round(t) by the 1.5 · 2^23 trick (its low bits then hold n as an integer) and 2^n
+// by adding n to the exponent bits: cheaper than roundscale / scalef, exact for the clamped range
+inline V exp_ps(V x) {
+  const V magic = Vec::set1(12582912.0f), log2e = Vec::set1(1.44269504088896341f);
+  x = Vec::max(x, Vec::set1(-87.0f));
+  V t = Vec::fmadd(x, log2e, magic);
+  V f = Vec::fmsub(x, log2e, Vec::sub(t, magic));
+  V p = Vec::set1(1.5403530393381606e-4f);
+  p = Vec::fmadd(p, f, Vec::set1(1.3333558146428443e-3f));
+  p = Vec::fmadd(p, f, Vec::set1(9.6181291076284772e-3f));
+  p = Vec::fmadd(p, f, Vec::set1(5.5504108664821580e-2f));
+  p = Vec::fmadd(p, f, Vec::set1(2.4022650695910071e-1f));
+  p = Vec::fmadd(p, f, Vec::set1(6.9314718055994531e-1f));
+  p = Vec::fmadd(p, f, Vec::set1(1.0f));
+  return Vec::times_pow2(p, t);
 }
 
-inline __mmask16 tail_mask(int n) { return (__mmask16)((1u << n) - 1u); }
-
-// One row of L scores in place: e = exp(scale · (s − max)), written over s (fp32) and, for the bf16 kernel,
-// as bf16 into p (zero past L up to the next even count); returns Σ e.
-template <bool BF16>
-inline float softmax_row(float* s, int L, float scale, uint16_t* p) {
-  __m512 vmax = _mm512_set1_ps(-INFINITY);
-  int j = 0;
-  for (; j + 16 <= L; j += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(s + j));
-  if (j < L) vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(L - j), s + j));
-  const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(_mm512_reduce_max_ps(vmax) * scale);
-  __m512 vsum = _mm512_setzero_ps();
-  for (j = 0; j < L; j += 16) {
-    __mmask16 m = L - j >= 16 ? (__mmask16)0xFFFF : tail_mask(L - j);
-    __m512 e = _mm512_maskz_mov_ps(m, exp_ps(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(m, s + j), vs, vm)));
-    vsum = _mm512_add_ps(vsum, e);
-    if (BF16) _mm256_storeu_si256((__m256i*)(p + j), (__m256i)_mm512_cvtneps_pbh(e));  // p has room past L
-    else _mm512_storeu_ps(s + j, e);  // s rows are padded to whole vectors
+// One row of L scores in place (s padded to whole vectors): e = exp(scale · (s − max)), zero past L, handed to
+// put(j, e) a vector at a time (written over s for float32, as bf16 elsewhere for the bf16 kernel); returns Σ e.
+template <typename Put>
+inline float softmax_row(float* s, int L, float scale, Put put) {
+  const int full = L / W * W;
+  V vmax = Vec::set1(-INFINITY);
+  for (int j = 0; j < full; j += W) vmax = Vec::max(vmax, Vec::load(s + j));
+  float mx = Vec::hmax(vmax);
+  for (int j = full; j < L; ++j) mx = std::max(mx, s[j]);
+  const V vs = Vec::set1(scale), vm = Vec::set1(mx * scale);
+  V vsum = Vec::zero();
+  for (int j = 0; j < L; j += W) {
+    V e = exp_ps(Vec::fmsub(Vec::load(s + j), vs, vm));
+    if (j + W > L) e = Vec::first(e, L - j);
+    vsum = Vec::add(vsum, e);
+    put(j, e);
   }
-  return _mm512_reduce_add_ps(vsum);
+  return Vec::hsum(vsum);
 }
 
+// ------------------------------------------------------------------------------------------- float32
+// K as [key block of W][d][lane = key], zero keys past L
+template <int D>
+void pack_k_f32(const float* k, int64_t stride, int L, float* kp) {
+  const int nb = (L + W - 1) / W;
+  std::memset(kp, 0, sizeof(float) * nb * D * W);
+  for (int j = 0; j < L; ++j) {
+    const float* src = k + j * stride;
+    float* dst = kp + (j / W) * D * W + (j % W);
+    for (int d = 0; d < D; ++d) dst[d * W] = src[d];
+  }
+}
+
+// s[r][j] = q_r · k_j for R rows (stride apart), two key blocks at a time
+template <int R, int D>
+inline void qk_f32(const float* q, int64_t stride, const float* kp, int nb, float* s, int ld) {
+  const float* qr[R];
+  for (int r = 0; r < R; ++r) qr[r] = q + r * stride;
+  int jb = 0;
+  for (; jb + 2 <= nb; jb += 2) {
+    V acc[R][2];
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = Vec::zero();
+    const float* k0 = kp + jb * D * W;
+    for (int d = 0; d < D; ++d) {
+      V b0 = Vec::load(k0 + d * W), b1 = Vec::load(k0 + D * W + d * W);
+      for (int r = 0; r < R; ++r) {
+        V a = Vec::set1(qr[r][d]);
+        acc[r][0] = Vec::fmadd(a, b0, acc[r][0]);
+        acc[r][1] = Vec::fmadd(a, b1, acc[r][1]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      Vec::store(s + r * ld + jb * W, acc[r][0]);
+      Vec::store(s + r * ld + jb * W + W, acc[r][1]);
+    }
+  }
+  for (; jb < nb; ++jb) {
+    V acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = Vec::zero();
+    const float* k0 = kp + jb * D * W;
+    for (int d = 0; d < D; ++d) {
+      V b0 = Vec::load(k0 + d * W);
+      for (int r = 0; r < R; ++r) acc[r] = Vec::fmadd(Vec::set1(qr[r][d]), b0, acc[r]);
+    }
+    for (int r = 0; r < R; ++r) Vec::store(s + r * ld + jb * W, acc[r]);
+  }
+}
+
+// out_r[c0 : c0 + C·W] = (e_r · V[:, c0 : c0 + C·W]) · inv_r for R rows, V read in place
+template <int R, int C>
+inline void pv_f32(const float* e, int lde, const float* v, int64_t stride, int L, const float* inv, float* out,
+                   int64_t ostride, int c0) {
+  V acc[R][C];
+  for (int r = 0; r < R; ++r) for (int c = 0; c < C; ++c) acc[r][c] = Vec::zero();
+  for (int j = 0; j < L; ++j) {
+    V b[C];
+    for (int c = 0; c < C; ++c) b[c] = Vec::load(v + j * stride + c0 + W * c);
+    for (int r = 0; r < R; ++r) {
+      V a = Vec::set1(e[r * lde + j]);
+      for (int c = 0; c < C; ++c) acc[r][c] = Vec::fmadd(a, b[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) Vec::store(out + r * ostride + c0 + W * c, Vec::mul(acc[r][c], Vec::set1(inv[r])));
+}
+
+template <int D>
+void head_f32(const float* q, int64_t stride, int64_t kv_off, int L, float scale, float* out, int64_t ostride,
+              Scratch& w) {
+  // register tiles: QKᵀ 8 rows (16 lanes) or 6 (8 lanes) x 2 key vectors; PV up to 4 vectors of a row's
+  // output x 4 rows (16 lanes) or 2 (8 lanes): at most 16 (of 32) or 12 (of 16) accumulators
+  constexpr int QR = W == 16 ? 8 : 6, C = D / W < 4 ? D / W : 4, PR = W == 16 ? 4 : 2;
+  const int nb = (L + W - 1) / W, ld = nb * W;
+  float* kp = w.kp.data();
+  float* s = w.s.data();
+  pack_k_f32<D>(q + kv_off, stride, L, kp);
+  const float* v = q + 2 * kv_off;
+  float inv[RB];
+  for (int r0 = 0; r0 < L; r0 += RB) {
+    const int R = std::min(RB, L - r0);
+    const float* qb = q + r0 * stride;
+    int r = 0;
+    for (; r + QR <= R; r += QR) qk_f32<QR, D>(qb + r * stride, stride, kp, nb, s + r * ld, ld);
+    for (; r < R; ++r) qk_f32<1, D>(qb + r * stride, stride, kp, nb, s + r * ld, ld);
+    for (r = 0; r < R; ++r) {
+      float* row = s + r * ld;
+      inv[r] = 1.0f / softmax_row(row, L, scale, [row](int j, V e) { Vec::store(row + j, e); });
+    }
+    float* o = out + r0 * ostride;
+    for (int c0 = 0; c0 < D; c0 += C * W) {
+      for (r = 0; r + PR <= R; r += PR)
+        pv_f32<PR, C>(s + r * ld, ld, v, stride, L, inv + r, o + r * ostride, ostride, c0);
+      for (; r < R; ++r) pv_f32<1, C>(s + r * ld, ld, v, stride, L, inv + r, o + r * ostride, ostride, c0);
+    }
+  }
+}
+
+#if defined(__AVX512F__)
 // ------------------------------------------------------------------------------------------- bfloat16
 // K of one (sequence, head) as [key block of 16][pair i][lane = key]: a uint32 = (k[2i], k[2i+1]), zero keys
 // past L (their scores are never read)
@@ -182,7 +331,10 @@ void head_bf16(const uint16_t* q, int64_t stride, int64_t kv_off, int L, float s
     if (R == RB) qk_bf16<RB, D>(qb, stride, kp, nb, s, ld);
     else for (int r = 0; r < R; ++r) qk_bf16<1, D>(qb + r * stride, stride, kp, nb, s + r * ld, ld);
     for (int r = 0; r < R; ++r) {
-      inv[r] = 1.0f / softmax_row<true>(s + r * ld, L, scale, p + r * ld);
+      uint16_t* pr = p + r * ld;  // whole vectors of bf16: p has room past L
+      inv[r] = 1.0f / softmax_row(s + r * ld, L, scale, [pr](int j, V e) {
+        _mm256_storeu_si256((__m256i*)(pr + j), (__m256i)_mm512_cvtneps_pbh(e));
+      });
       if (L & 1) p[r * ld + L] = 0;  // the odd last key's partner (a zero V row) gets weight 0
     }
     uint16_t* o = out + r0 * ostride;
@@ -192,232 +344,9 @@ void head_bf16(const uint16_t* q, int64_t stride, int64_t kv_off, int L, float s
   }
 }
 
-// ------------------------------------------------------------------------------------------- float32
-// K as [key block of 16][d][lane = key]
+#else  // the AVX2 build: no bf16 dot products on these CPUs; varlen_attention refuses bf16 before this
 template <int D>
-void pack_k_f32(const float* k, int64_t stride, int L, float* kp) {
-  const int nb = (L + 15) / 16;
-  std::memset(kp, 0, sizeof(float) * nb * D * 16);
-  for (int j = 0; j < L; ++j) {
-    const float* src = k + j * stride;
-    float* dst = kp + (j / 16) * D * 16 + (j % 16);
-    for (int d = 0; d < D; ++d) dst[d * 16] = src[d];
-  }
-}
-
-template <int R, int D>
-inline void qk_f32(const float* q, int64_t stride, const float* kp, int nb, float* s, int ld) {
-  const float* qr[R];
-  for (int r = 0; r < R; ++r) qr[r] = q + r * stride;
-  int jb = 0;
-  for (; jb + 2 <= nb; jb += 2) {
-    __m512 acc[R][2];
-    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    const float* k0 = kp + jb * D * 16;
-    for (int d = 0; d < D; ++d) {
-      __m512 b0 = _mm512_loadu_ps(k0 + d * 16), b1 = _mm512_loadu_ps(k0 + D * 16 + d * 16);
-      for (int r = 0; r < R; ++r) {
-        __m512 a = _mm512_set1_ps(qr[r][d]);
-        acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
-        acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      _mm512_storeu_ps(s + r * ld + jb * 16, acc[r][0]);
-      _mm512_storeu_ps(s + r * ld + jb * 16 + 16, acc[r][1]);
-    }
-  }
-  for (; jb < nb; ++jb) {
-    __m512 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-    const float* k0 = kp + jb * D * 16;
-    for (int d = 0; d < D; ++d) {
-      __m512 b0 = _mm512_loadu_ps(k0 + d * 16);
-      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(qr[r][d]), b0, acc[r]);
-    }
-    for (int r = 0; r < R; ++r) _mm512_storeu_ps(s + r * ld + jb * 16, acc[r]);
-  }
-}
-
-// out_r = (e_r · V) · inv_r, V read in place (rows `stride` apart)
-template <int R, int D>
-inline void pv_f32(const float* e, int lde, const float* v, int64_t stride, int L, const float* inv, float* out,
-                   int64_t ostride) {
-  constexpr int C = D / 16;
-  __m512 acc[R][C];
-  for (int r = 0; r < R; ++r) for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-  for (int j = 0; j < L; ++j) {
-    __m512 b[C];
-    for (int c = 0; c < C; ++c) b[c] = _mm512_loadu_ps(v + j * stride + 16 * c);
-    for (int r = 0; r < R; ++r) {
-      __m512 a = _mm512_set1_ps(e[r * lde + j]);
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(a, b[c], acc[r][c]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c)
-      _mm512_storeu_ps(out + r * ostride + 16 * c, _mm512_mul_ps(acc[r][c], _mm512_set1_ps(inv[r])));
-}
-
-template <int D>
-void head_f32(const float* q, int64_t stride, int64_t kv_off, int L, float scale, float* out, int64_t ostride,
-              Scratch& w) {
-  const int nb = (L + 15) / 16, ld = nb * 16;
-  float* kp = w.kp.data();
-  float* s = w.s.data();
-  pack_k_f32<D>(q + kv_off, stride, L, kp);
-  const float* v = q + 2 * kv_off;
-  float inv[RB];
-  for (int r0 = 0; r0 < L; r0 += RB) {
-    const int R = std::min(RB, L - r0);
-    const float* qb = q + r0 * stride;
-    if (R == RB) qk_f32<RB, D>(qb, stride, kp, nb, s, ld);
-    else for (int r = 0; r < R; ++r) qk_f32<1, D>(qb + r * stride, stride, kp, nb, s + r * ld, ld);
-    for (int r = 0; r < R; ++r) inv[r] = 1.0f / softmax_row<false>(s + r * ld, L, scale, nullptr);
-    float* o = out + r0 * ostride;
-    int r = 0;
-    for (; r + 4 <= R; r += 4) pv_f32<4, D>(s + r * ld, ld, v, stride, L, inv + r, o + r * ostride, ostride);
-    for (; r < R; ++r) pv_f32<1, D>(s + r * ld, ld, v, stride, L, inv + r, o + r * ostride, ostride);
-  }
-}
-
-#else  // AVX2 + FMA: the float32 kernel only (no bf16 dot products on these CPUs), 8 lanes
-
-inline __m256 exp_ps(__m256 x) {  // as the AVX-512 one: e^x for x <= 0, 2^n added to the exponent bits
-  const __m256 magic = _mm256_set1_ps(12582912.0f), log2e = _mm256_set1_ps(1.44269504088896341f);
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-  __m256 t = _mm256_fmadd_ps(x, log2e, magic);
-  __m256 n = _mm256_sub_ps(t, magic);
-  __m256 f = _mm256_fmsub_ps(x, log2e, n);
-  __m256 p = _mm256_set1_ps(1.5403530393381606e-4f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-2f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  __m256i e = _mm256_slli_epi32(_mm256_castps_si256(t), 23);
-  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
-}
-
-// one row of L scores in place: e = exp(scale · (s − max)); s is padded to whole vectors (zeros written past
-// L); returns Σ e
-inline float softmax_row_f32(float* s, int L, float scale) {
-  const int Lv = (L + 7) / 8 * 8;
-  for (int j = L; j < Lv; ++j) s[j] = -INFINITY;
-  __m256 vmax = _mm256_set1_ps(-INFINITY);
-  for (int j = 0; j < Lv; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
-  float m[8], mx = -INFINITY;
-  _mm256_storeu_ps(m, vmax);
-  for (float v : m) mx = std::max(mx, v);
-  const __m256 vs = _mm256_set1_ps(scale), vm = _mm256_set1_ps(mx * scale);
-  __m256 vsum = _mm256_setzero_ps();
-  for (int j = 0; j < Lv; j += 8) {
-    __m256 e = exp_ps(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), vs, vm));
-    _mm256_storeu_ps(s + j, e);
-    vsum = _mm256_add_ps(vsum, e);
-  }
-  float sum = 0.0f;
-  _mm256_storeu_ps(m, vsum);
-  for (int j = 0; j < 8; ++j) sum += m[j];
-  for (int j = L; j < Lv; ++j) sum -= s[j];  // exp of −inf: a 0 in exact arithmetic, ~1e-38 here
-  for (int j = L; j < Lv; ++j) s[j] = 0.0f;
-  return sum;
-}
-
-// K as [key block of 8][d][lane = key]
-template <int D>
-void pack_k_f32(const float* k, int64_t stride, int L, float* kp) {
-  const int nb = (L + 7) / 8;
-  std::memset(kp, 0, sizeof(float) * nb * D * 8);
-  for (int j = 0; j < L; ++j) {
-    const float* src = k + j * stride;
-    float* dst = kp + (j / 8) * D * 8 + (j % 8);
-    for (int d = 0; d < D; ++d) dst[d * 8] = src[d];
-  }
-}
-
-template <int R, int D>
-inline void qk_f32(const float* q, int64_t stride, const float* kp, int nb, float* s, int ld) {
-  const float* qr[R];
-  for (int r = 0; r < R; ++r) qr[r] = q + r * stride;
-  int jb = 0;
-  for (; jb + 2 <= nb; jb += 2) {
-    __m256 acc[R][2];
-    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    const float* k0 = kp + jb * D * 8;
-    for (int d = 0; d < D; ++d) {
-      __m256 b0 = _mm256_loadu_ps(k0 + d * 8), b1 = _mm256_loadu_ps(k0 + D * 8 + d * 8);
-      for (int r = 0; r < R; ++r) {
-        __m256 a = _mm256_broadcast_ss(qr[r] + d);
-        acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      _mm256_storeu_ps(s + r * ld + jb * 8, acc[r][0]);
-      _mm256_storeu_ps(s + r * ld + jb * 8 + 8, acc[r][1]);
-    }
-  }
-  for (; jb < nb; ++jb) {
-    __m256 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    const float* k0 = kp + jb * D * 8;
-    for (int d = 0; d < D; ++d) {
-      __m256 b0 = _mm256_loadu_ps(k0 + d * 8);
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(qr[r] + d), b0, acc[r]);
-    }
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(s + r * ld + jb * 8, acc[r]);
-  }
-}
-
-// out_r[c0:c0+32] = (e_r · V[:, c0:c0+32]) · inv_r for R rows, V read in place; 4 vectors a row
-template <int R>
-inline void pv_f32(const float* e, int lde, const float* v, int64_t stride, int L, const float* inv, float* out,
-                   int64_t ostride, int c0) {
-  __m256 acc[R][4];
-  for (int r = 0; r < R; ++r) for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_setzero_ps();
-  for (int j = 0; j < L; ++j) {
-    __m256 b[4];
-    for (int c = 0; c < 4; ++c) b[c] = _mm256_loadu_ps(v + j * stride + c0 + 8 * c);
-    for (int r = 0; r < R; ++r) {
-      __m256 a = _mm256_broadcast_ss(e + r * lde + j);
-      for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_fmadd_ps(a, b[c], acc[r][c]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < 4; ++c)
-      _mm256_storeu_ps(out + r * ostride + c0 + 8 * c, _mm256_mul_ps(acc[r][c], _mm256_set1_ps(inv[r])));
-}
-
-template <int D>
-void head_f32(const float* q, int64_t stride, int64_t kv_off, int L, float scale, float* out, int64_t ostride,
-              Scratch& w) {
-  const int nb = (L + 7) / 8, ld = nb * 8;
-  float* kp = w.kp.data();
-  float* s = w.s.data();
-  pack_k_f32<D>(q + kv_off, stride, L, kp);
-  const float* v = q + 2 * kv_off;
-  float inv[RB];
-  for (int r0 = 0; r0 < L; r0 += RB) {
-    const int R = std::min(RB, L - r0);
-    const float* qb = q + r0 * stride;
-    int r = 0;
-    for (; r + 6 <= R; r += 6) qk_f32<6, D>(qb + r * stride, stride, kp, nb, s + r * ld, ld);
-    for (; r < R; ++r) qk_f32<1, D>(qb + r * stride, stride, kp, nb, s + r * ld, ld);
-    for (r = 0; r < R; ++r) inv[r] = 1.0f / softmax_row_f32(s + r * ld, L, scale);
-    float* o = out + r0 * ostride;
-    for (int c0 = 0; c0 < D; c0 += 32) {
-      for (r = 0; r + 2 <= R; r += 2) pv_f32<2>(s + r * ld, ld, v, stride, L, inv + r, o + r * ostride, ostride, c0);
-      for (; r < R; ++r) pv_f32<1>(s + r * ld, ld, v, stride, L, inv + r, o + r * ostride, ostride, c0);
-    }
-  }
-}
-
-template <int D>
-void head_bf16(const uint16_t*, int64_t, int64_t, int, float, uint16_t*, int64_t, Scratch&) {
-  TORCH_CHECK(false, "the bfloat16 kernel needs AVX512_BF16: this build is the AVX2 one");
-}
+void head_bf16(const uint16_t*, int64_t, int64_t, int, float, uint16_t*, int64_t, Scratch&) {}
 #endif
 
 template <typename T, int D>
