@@ -231,6 +231,7 @@ def test_a_killed_builds_lock_is_removed_and_a_live_ones_kept(tmp_path, monkeypa
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     d = fa.build_directory()
     assert d.startswith(str(tmp_path)) and os.path.isdir(d)
+    assert torch.__version__ in d and fa.build_directory("avx2") != fa.build_directory("avx512")
     lock = os.path.join(d, "lock")
     open(lock, "w").close()
     assert fa.build_directory() == d and os.path.exists(lock)  # a live build's

@@ -18,7 +18,7 @@ context is written as (N, h, d), which is already the (N, H) the output projecti
 - Inference only: no dropout, no mask other than the sequences' bounds, no autograd.
 
 The kernel is compiled on first use with the C++ compiler torch.utils.cpp_extension finds (about 25 s, then
-cached in ~/.cache/torch_extensions/bertfam_fused_attention_<build>-<torch version>, `build_directory`;
+cached in ~/.cache/torch_extensions, one directory per build and torch installation, `build_directory`;
 `make venv` builds it). Where it cannot run (neither AVX-512 nor AVX2 + FMA, bfloat16 without AVX512_BF16,
 not x86-64 Linux, no compiler) `available` says False, once
 with a warning naming why when a build failed, and callers keep torch's cores. `optimize_for_inference`
@@ -27,6 +27,7 @@ attention; True: wherever available); nothing else does.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
@@ -96,12 +97,15 @@ def _extension(build: Optional[str] = None):
 
 def build_directory(build: Optional[str] = None) -> str:
     """Where the kernel is built and cached: torch's extension root ($TORCH_EXTENSIONS_DIR, else
-    ~/.cache/torch_extensions) / bertfam_fused_attention_<variant>-<torch version>; torch rebuilds it when the source
-    changes. A build killed half-way leaves torch's lock file behind, on which every later build would wait
-    for ever: one older than STALE_LOCK_S is removed."""
+    ~/.cache/torch_extensions) / bertfam_fused_attention_<variant>-<torch version>-<hash of torch's location>;
+    torch rebuilds it when the source changes. A build killed half-way leaves torch's lock file behind, on
+    which every later build would wait for ever: one older than STALE_LOCK_S is removed."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
                                                                    "torch_extensions")
-    d = os.path.join(root, f"{NAME}_{build or variant()}-{torch.__version__}")
+    # one directory per torch installation: torch's rebuild check hashes the include paths, so two virtual
+    # environments sharing one directory would rebuild over each other's build at every switch (~25 s)
+    where = hashlib.sha1(os.path.dirname(os.path.abspath(torch.__file__)).encode()).hexdigest()[:10]
+    d = os.path.join(root, f"{NAME}_{build or variant()}-{torch.__version__}-{where}")
     os.makedirs(d, exist_ok=True)
     lock = os.path.join(d, "lock")
     try:
