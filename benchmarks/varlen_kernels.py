@@ -5,7 +5,9 @@
 Compares, on the `infer 16-128` batches of encoder_throughput.py (same weights, threads, batches): bertfam's
 unpadded path with each attention kernel of bertfam.modeling.varlen (loop, njt, pad, block), bertfam's padded
 path, and transformers; each bertfam engine is the model's one packing setting (`packing=` per call: a kernel
-name, or "padded"). Real tokens/s, median of --reps after a warm-up, [min-max]. Writes
+name, or "padded"), with the fused attention kernel off, plus, where it runs, a row with it on
+(bertfam.modeling.fused_attention, which optimize_for_inference switches on by default and which then stands in
+for every packing kernel). Real tokens/s, median of --reps after a warm-up, [min-max]. Writes
 docs/varlen_kernels.md. The kernel of packing "auto" (varlen.default_kernel) is chosen from this table.
 """
 from __future__ import annotations
@@ -30,21 +32,29 @@ def time_kernels(args) -> dict:
     import torch
 
     import bertfam
+    from bertfam.modeling import fused_attention
+    from bertfam.modeling.optimize import set_fused_attention
 
     worker.set_threads(args.threads)
     d = os.path.join(args.workdir, args.model)
     cfg = bertfam.ModelConfig.load(os.path.join(d, "bertfam", "config.json"))
     batches = cases.make_batches(args.case, cfg.vocab_size, scale=args.scale)
-    model = bertfam.optimize_for_inference(bertfam.from_pretrained(os.path.join(d, "hf"), task=None).backbone.eval())
+    # the packing kernels compared with the fused attention kernel off (it would stand in for all of them),
+    # then the fused kernel as one more row where it runs here
+    model = bertfam.optimize_for_inference(bertfam.from_pretrained(os.path.join(d, "hf"), task=None).backbone.eval(),
+                                           fused_attention=False)
     keys = ("input_ids", "attention_mask", "token_type_ids")
 
-    def engine(packing):
+    def engine(packing, fused=False):
         def run(b):
+            set_fused_attention(model, fused)  # a flag per attention module: microseconds
             with torch.inference_mode():
                 model(**{k: b[k] for k in keys}, packing=packing)
         return run
 
     fns = {f"bertfam unpadded, {k}": engine(k) for k in KERNELS}
+    if fused_attention.available(torch.float32):
+        fns["bertfam unpadded, fused attention kernel"] = engine("auto", fused=True)
     fns["bertfam padded"] = engine("padded")
     fns["transformers"] = load_hidden("transformers", d)
     names = list(fns)
